@@ -1,0 +1,350 @@
+"""Activation: select patch sets, register their import hooks, apply, report, and undo it all.
+
+``activate()`` is idempotent; ``deactivate()`` restores every patched attribute (identity-equal), the
+environment and ``sys.meta_path``. The emulated device itself stays registered after deactivation (torch
+cannot un-rename its PrivateUse1 backend); only the patches go.
+"""
+from __future__ import annotations
+
+import atexit
+import fnmatch
+import logging
+import os
+import sys
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+from . import backend as backend_mod
+from . import hooks, patching, versions
+from .config import Config
+from .context import PatchContext
+from .errors import ConfigError, NotNeeded, StrictModeError
+from .registry import Patch, PatchSet, all_patch_sets
+from .report import REPORT, format_summary, is_root_process, process_rank, report_path_for_process
+
+log = logging.getLogger("ascend_shim")
+BOOTSTRAP_DIR = str(Path(__file__).parent / "bootstrap")
+
+
+class _State:
+    def __init__(self):
+        self.active = False
+        self.generation = 0
+        self.config: Config | None = None
+        self.backend = ""
+        self.sets: list[PatchSet] = []
+        self.selected: dict[str, list[Patch]] = {}  # module -> patches to apply on its import
+        self.undos: list[tuple[str, object]] = []  # (patch id, undo) in application order
+        self.env_backup: dict[str, str | None] = {}
+        self.print_summary = True
+
+
+_state = _State()
+_lock = threading.RLock()
+_atexit_registered = False
+
+
+# -- selection ----------------------------------------------------------------------------------------------
+def _matches(ident: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(ident, p) for p in patterns)
+
+
+def _validate_ids(config: Config, sets: list[PatchSet]) -> None:
+    known = {s.id for s in sets} | {p.id for s in sets for p in s.patches}
+    for var, items in (("ASCEND_SHIM_DISABLE", config.disable), ("ASCEND_SHIM_ONLY", config.only),
+                       ("ASCEND_SHIM_ENABLE", config.enable)):
+        for item in items:
+            if not any(fnmatch.fnmatchcase(k, item) for k in known):
+                raise ConfigError(f"{var}: unknown patch set or patch id {item!r}; patch sets: "
+                                  f"{', '.join(sorted(s.id for s in sets))} (all ids: `python -m ascend_shim list`)")
+
+
+def _set_selection(s: PatchSet, config: Config, backend: str) -> tuple[str, str]:
+    """(status, reason) of a set before version gating."""
+    if backend not in s.backends:
+        return "inactive", f"not used with backend {backend}"
+    if config.only:
+        if not (_matches(s.id, config.only) or any(_matches(p.id, config.only) for p in s.patches)):
+            return "disabled", "not in ASCEND_SHIM_ONLY"
+    elif not s.default_enabled and not _matches(s.id, config.enable):
+        return "disabled", "off by default (turn on with ASCEND_SHIM_ENABLE)"
+    if _matches(s.id, config.disable):
+        return "disabled", "in ASCEND_SHIM_DISABLE"
+    return "active", ""
+
+
+def _patch_selected(p: Patch, s: PatchSet, config: Config) -> str:
+    if _matches(p.id, config.disable):
+        return "in ASCEND_SHIM_DISABLE"
+    if config.only and not _matches(s.id, config.only) and not _matches(p.id, config.only):
+        return "not in ASCEND_SHIM_ONLY"
+    return ""
+
+
+def _fail(config: Config, message: str) -> None:
+    if config.strict:
+        raise StrictModeError(message + " (ASCEND_SHIM_STRICT=1 turns this skip into an error)")
+    log.warning("%s", message)
+
+
+# -- applying -----------------------------------------------------------------------------------------------
+def _apply_patch(patch: Patch, config: Config, backend: str) -> list[patching.Change]:
+    """Apply one patch; record applied / skipped / failed / not-needed. Returns the attribute changes."""
+    ctx = PatchContext(patch, config, backend)
+    main_change = None
+    try:
+        ok, reason, _ = versions.check_requirements(patch.requires)
+        if not ok:
+            REPORT.record_patch(patch, "skipped", reason)
+            _fail(config, f"patch {patch.id} skipped: {reason}")
+            return []
+        if patch.kind in ("replace", "wrap", "add"):
+            try:
+                ctx.owner, ctx.attr = patching.resolve(patch.target)
+                raw = patching.raw_get(ctx.owner, ctx.attr)
+            except (ImportError, AttributeError) as exc:
+                raw, ctx.owner = patching._MISSING, None
+                missing = f"{type(exc).__name__}: {exc}"
+            else:
+                missing = f"{patch.target} does not exist"
+            if raw is patching._MISSING and (patch.kind != "add" or ctx.owner is None):
+                reason = f"target missing ({missing}); upstream may have changed"
+                REPORT.record_patch(patch, "skipped", reason)
+                _fail(config, f"patch {patch.id} skipped: {reason}")
+                return []
+            ctx.original = None if raw is patching._MISSING else patching.bound(ctx.owner, raw)
+            value = patch.factory(ctx)
+            main_change = ctx.replace(ctx.owner, ctx.attr, value, wrapper=patch.kind == "wrap",
+                                      allow_missing=patch.kind == "add")
+        else:
+            undo = patch.factory(ctx)
+            if callable(undo):
+                ctx.on_undo(undo)
+    except NotNeeded as exc:
+        _run_undos(patch.id, ctx.undos)
+        REPORT.record_patch(patch, "not-needed", str(exc))
+        return []
+    except StrictModeError:
+        raise
+    except Exception as exc:
+        _run_undos(patch.id, ctx.undos)
+        reason = f"{type(exc).__name__}: {exc}"
+        REPORT.record_patch(patch, "failed", reason)
+        if config.strict:
+            raise StrictModeError(f"patch {patch.id} failed while applying: {reason}") from exc
+        log.warning("patch %s failed while applying (skipped; the program goes on): %s", patch.id, reason)
+        return []
+    _state.undos.extend((patch.id, u) for u in ctx.undos)
+    REPORT.record_patch(patch, "applied")
+    log.debug("applied %s", patch.id)
+    return [main_change] if main_change is not None else []
+
+
+def _run_undos(patch_id: str, undos) -> None:
+    for undo in reversed(list(undos)):
+        try:
+            undo()
+        except Exception as exc:  # keep undoing the rest
+            log.warning("undo of %s failed: %s", patch_id, exc)
+
+
+def _apply_all(patches: list[Patch], config: Config, backend: str) -> None:
+    changes = []
+    for patch in patches:
+        changes.extend(_apply_patch(patch, config, backend))
+    if changes:
+        patching.sweep_aliases(changes)
+        for change in changes:
+            if change.aliases:
+                info = REPORT.patches.get(change.patch_id)
+                if info is not None:
+                    info["aliases"] = [f"{m}.{n}" for m, n in change.aliases]
+
+
+def _on_import(module_name: str, generation: int, module) -> None:
+    # read the state under the lock, apply outside it: a factory may import modules other threads import
+    with _lock:
+        if not _state.active or _state.generation != generation:
+            return
+        patches, config, backend = list(_state.selected.get(module_name, [])), _state.config, _state.backend
+    _apply_all(patches, config, backend)
+
+
+def _on_torch_import(generation: int, module) -> None:
+    with _lock:
+        if not _state.active or _state.generation != generation:
+            return
+        try:
+            backend_mod.bring_up(_state.backend)
+        except Exception as exc:
+            REPORT.note(f"backend {_state.backend} failed to come up: {type(exc).__name__}: {exc}")
+            raise
+        REPORT.note(f"backend {_state.backend} is up")
+
+
+# -- child processes ----------------------------------------------------------------------------------------
+def _export_env(config: Config, backend: str) -> None:
+    """Children (torchrun workers, spawn, subprocess pythons) come up activated with the same settings."""
+    wanted = dict(config.to_env())
+    wanted["ASCEND_SHIM"] = "1"
+    wanted["ASCEND_SHIM_BACKEND"] = backend
+    wanted["ASCEND_SHIM_ROOT_PID"] = os.environ.get("ASCEND_SHIM_ROOT_PID") or str(os.getpid())
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if BOOTSTRAP_DIR not in paths:
+        wanted["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR] + paths)
+    for key, value in wanted.items():
+        if os.environ.get(key) != value:
+            _state.env_backup.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+
+def _restore_env() -> None:
+    for key, value in _state.env_backup.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    _state.env_backup.clear()
+
+
+# -- public API ---------------------------------------------------------------------------------------------
+def activate(backend: str | None = None, *, disable=None, only=None, enable=None, strict: bool | None = None,
+             log_level: str | None = None, report: str | None = None, patch_modules=None,
+             inherit: bool = True) -> None:
+    """Activate the shim (idempotent). Keywords mirror the ``ASCEND_SHIM_*`` toggles and override them.
+
+    ``backend``: ``"npu"``, ``"sim"`` or ``"auto"``. ``inherit``: export the settings so that child Python
+    processes come up activated too.
+    """
+    global _atexit_registered
+    with _lock:
+        if _state.active:
+            return
+        config = Config.from_env(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
+                                 log=log_level, report=report, patch_modules=patch_modules)
+        _configure_logging(config.log)
+        chosen = backend_mod.resolve(config.backend)
+        sets, ep_errors = all_patch_sets(config.patch_modules)
+        _validate_ids(config, sets)
+
+        REPORT.reset()
+        REPORT.backend = chosen
+        for name, error in ep_errors:
+            REPORT.note(f"entry point {name} could not be loaded: {error}")
+            _fail(config, f"patch-set entry point {name} could not be loaded: {error}")
+        _state.config, _state.backend, _state.sets = config, chosen, sets
+        _state.generation += 1
+        _state.selected = defaultdict(list)
+        _state.undos = []
+        _state.active = True
+        generation = _state.generation
+        try:
+            if inherit:
+                _export_env(config, chosen)
+            hooks.when_imported("torch", lambda m: _on_torch_import(generation, m))
+            at_once = []
+            for s in sets:
+                status, reason = _set_selection(s, config, chosen)
+                if status == "active":
+                    ok, why, found = versions.check_requirements(s.requires)
+                    if not ok:
+                        missing = any(v is None for v in found.values())
+                        status, reason = ("inactive" if missing else "skipped"), why
+                versions_found = {d: versions.installed_version(d) for d in s.requires}
+                REPORT.record_set(s.id, status, reason, versions=versions_found, source=s.source)
+                if status == "skipped":
+                    _fail(config, f"patch set {s.id} skipped: {reason}")
+                if status != "active":
+                    for p in s.patches:
+                        REPORT.record_patch(p, "disabled" if status == "disabled" else "inactive", reason)
+                    continue
+                for p in s.patches:
+                    why_not = _patch_selected(p, s, config)
+                    if why_not:
+                        REPORT.record_patch(p, "disabled", why_not)
+                    elif p.module is None:
+                        at_once.append(p)
+                    else:
+                        REPORT.record_patch(p, "pending", f"applies when {p.module} is imported")
+                        _state.selected[p.module].append(p)
+            _apply_all(at_once, config, chosen)
+            for module_name in sorted(_state.selected, key=lambda m: m.count(".")):
+                hooks.when_imported(module_name, lambda m, n=module_name: _on_import(n, generation, m))
+        except BaseException:
+            _deactivate_locked()
+            raise
+        if not _atexit_registered:
+            atexit.register(_at_exit)
+            _atexit_registered = True
+        log.info("ascend_shim active (backend %s, %d patch sets)", chosen, len(sets))
+
+
+def deactivate() -> None:
+    """Undo every patch (identity-equal originals), restore the environment, drop pending hooks."""
+    with _lock:
+        if _state.active:
+            _deactivate_locked()
+
+
+def _deactivate_locked() -> None:
+    _state.active = False
+    _state.generation += 1
+    hooks.clear()
+    _run_undos("deactivate", [u for _, u in _state.undos])
+    _state.undos = []
+    patching.revert_all()
+    _restore_env()
+    for pid, info in REPORT.patches.items():
+        if info["status"] == "applied":
+            info["status"] = "reverted"
+
+
+def is_active() -> bool:
+    return _state.active
+
+
+def current_config() -> Config | None:
+    return _state.config if _state.active else None
+
+
+def current_backend() -> str:
+    return _state.backend if _state.active else ""
+
+
+def patch_sets() -> list[PatchSet]:
+    return list(_state.sets)
+
+
+def set_summary_printing(enabled: bool) -> None:
+    """The CLI turns the exit summary off in launcher processes (torchrun's parent): the workers print."""
+    _state.print_summary = enabled
+
+
+def _configure_logging(level: str) -> None:
+    if not any(getattr(h, "_ascend_shim", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("ascend_shim: %(levelname)s: %(message)s"))
+        handler._ascend_shim = True
+        log.addHandler(handler)
+        log.propagate = False
+    log.setLevel(logging.CRITICAL + 1 if level == "off" else getattr(logging, level.upper()))
+
+
+def _at_exit() -> None:
+    config = _state.config
+    if config is None:
+        return
+    json_path = None
+    try:
+        if config.report:
+            json_path = str(REPORT.write_json(config.report))
+    except OSError as exc:
+        log.warning("could not write the report to %s: %s", report_path_for_process(config.report), exc)
+    rank = process_rank()
+    talk = rank == 0 if rank is not None else (is_root_process() or "ASCEND_SHIM_ROOT_PID" not in os.environ)
+    if talk and _state.print_summary and config.log != "off":
+        try:
+            print(format_summary(REPORT.to_dict(), json_path=json_path), file=sys.stderr)
+        except (OSError, ValueError):
+            pass  # stderr closed at exit

@@ -1,0 +1,209 @@
+"""Command line: ``python -m ascend_shim`` / ``ascend-shim``.
+
+``run``     run a script, a module (``-m``) or a launcher (torchrun, accelerate, deepspeed) under the shim; every
+            child Python process comes up activated through the bootstrap ``sitecustomize``.
+``list``    every patch set and patch with its metadata and status in this environment.
+``report``  pretty-print and merge per-process JSON reports.
+``doctor``  environment checks; ``scan``: static CUDA-ism finder (see their own modules).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import shutil
+import sys
+
+from .config import BACKENDS, ENV_VARS, LOG_LEVELS, Config
+from .errors import ConfigError, ShimError
+
+#: modules that only launch workers: their own process prints no summary (rank 0 of the workers does)
+LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "accelerate", "accelerate.commands.launch",
+             "accelerate.commands.accelerate_cli", "deepspeed", "deepspeed.launcher.runner", "torchrun")
+
+
+def _add_toggle_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--simulate", action="store_true", help="use the emulated NPU (same as --backend sim)")
+    p.add_argument("--backend", choices=BACKENDS, help="npu | sim | auto (env ASCEND_SHIM_BACKEND)")
+    p.add_argument("--disable", help="comma list of patch-set / patch ids not to apply (ASCEND_SHIM_DISABLE)")
+    p.add_argument("--only", help="comma list of the only patch sets / patches to apply (ASCEND_SHIM_ONLY)")
+    p.add_argument("--enable", help="comma list of off-by-default patch sets to turn on (ASCEND_SHIM_ENABLE)")
+    p.add_argument("--strict", action="store_true", default=None,
+                   help="a patch that cannot apply is an error (ASCEND_SHIM_STRICT=1)")
+    p.add_argument("--report", metavar="PATH", help="write JSON reports (ASCEND_SHIM_REPORT)")
+    p.add_argument("--log-level", choices=LOG_LEVELS, help="ascend_shim logger level (ASCEND_SHIM_LOG)")
+    p.add_argument("--patch-modules", help="extra patch-set modules (ASCEND_SHIM_PATCH_MODULES)")
+
+
+def _config_from(ns) -> Config:
+    backend = "sim" if ns.simulate else ns.backend
+    if ns.simulate and ns.backend and ns.backend != "sim":
+        raise ConfigError(f"--simulate contradicts --backend {ns.backend}")
+    return Config.from_env(backend=backend, disable=ns.disable, only=ns.only, enable=ns.enable,
+                           strict=ns.strict, log=ns.log_level, report=ns.report, patch_modules=ns.patch_modules)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env_help = "\n".join(f"  {v.name:<26} {v.values}" for v in ENV_VARS)
+    parser = argparse.ArgumentParser(
+        prog="ascend-shim", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run unmodified CUDA PyTorch code on Ascend NPUs (or the simulated NPU).",
+        epilog="environment toggles:\n" + env_help)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a script / -m module / launcher under the shim",
+                         usage="ascend-shim run [options] (script.py | -m module | program) [args ...]")
+    _add_toggle_options(run)
+    run.add_argument("-m", dest="module", help="run a module as __main__ (like python -m); the rest is its argv")
+    run.add_argument("target", nargs="*", help="script.py or program, then its arguments")
+
+    lst = sub.add_parser("list", help="patch sets and patches with metadata and status here")
+    _add_toggle_options(lst)
+    lst.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+
+    rep = sub.add_parser("report", help="pretty-print and merge JSON reports")
+    rep.add_argument("files", nargs="+")
+    rep.add_argument("--json", action="store_true", help="print the merged report as JSON")
+    rep.add_argument("--limit", type=int, default=12, help="call sites shown per category")
+
+    for name, module in (("doctor", "doctor"), ("scan", "scan")):
+        extra = sub.add_parser(name, help=f"see `ascend-shim {name} --help`", add_help=False)
+        extra.add_argument("args", nargs=argparse.REMAINDER)
+        extra.set_defaults(delegate=module)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    target: list[str] = []
+    if argv and argv[0] == "run":
+        argv, target = _split_run_argv(argv)
+    ns = parser.parse_args(argv)
+    if ns.command == "run":
+        ns.target = target
+    try:
+        if ns.command == "run":
+            return _cmd_run(ns, parser)
+        if ns.command == "list":
+            return _cmd_list(ns)
+        if ns.command == "report":
+            return _cmd_report(ns)
+        module = __import__(f"ascend_shim.{ns.delegate}", fromlist=["main"])
+        return module.main(ns.args)
+    except ConfigError as exc:
+        print(f"ascend-shim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+# -- run ----------------------------------------------------------------------------------------------------
+_VALUE_OPTIONS = {"--backend", "--disable", "--only", "--enable", "--report", "--log-level", "--patch-modules"}
+
+
+def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``run [shim options] (-m mod | target) [its args]``: nothing after the target is ours."""
+    ours, i = [argv[0]], 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "-m":
+            ours += argv[i:i + 2]
+            return ours, argv[i + 2:]
+        if tok == "--":
+            return ours, argv[i + 1:]
+        if not tok.startswith("-") or tok == "-":
+            return ours, argv[i:]
+        ours.append(tok)
+        if tok in _VALUE_OPTIONS:
+            ours.append(argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1
+        i += 1
+    return ours, []
+
+
+def _cmd_run(ns, parser) -> int:
+    if ns.module is None and not ns.target:
+        parser.error("run: give a script, -m module, or a program to run")
+    config = _config_from(ns)
+    env = config.to_env()
+    env["ASCEND_SHIM"] = "1"
+    env["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
+    os.environ.update(env)
+
+    from . import activation
+
+    activation.activate()
+    if ns.module:
+        if ns.module.split(".")[0] in LAUNCHERS or ns.module in LAUNCHERS:
+            activation.set_summary_printing(False)
+        sys.argv = [ns.module] + ns.target
+        return _run_main(lambda: runpy.run_module(ns.module, run_name="__main__", alter_sys=True))
+    target, args = ns.target[0], ns.target[1:]
+    if os.path.isfile(target):
+        path = target
+    else:
+        path = shutil.which(target)
+        if path is None:
+            raise ConfigError(f"run: {target!r} is neither a file nor a program on PATH")
+        if os.path.basename(path) in ("torchrun", "accelerate", "deepspeed"):
+            activation.set_summary_printing(False)
+        if not _is_python_script(path):
+            # a native program: its Python children inherit the activation through the environment
+            os.execvpe(path, [path] + args, os.environ)
+    sys.argv = [path] + args
+    sys.path[0] = os.path.dirname(os.path.abspath(path))
+    return _run_main(lambda: runpy.run_path(path, run_name="__main__"))
+
+
+def _is_python_script(path: str) -> bool:
+    if path.endswith(".py"):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _run_main(fn) -> int:
+    try:
+        fn()
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- list ---------------------------------------------------------------------------------------------------
+def _cmd_list(ns) -> int:
+    from .listing import render
+
+    config = _config_from(ns)
+    print(render(config, ns.format))
+    return 0
+
+
+# -- report -------------------------------------------------------------------------------------------------
+def _cmd_report(ns) -> int:
+    from .report import format_summary, merge
+
+    reports = []
+    for path in ns.files:
+        try:
+            with open(path) as fh:
+                reports.append(json.load(fh))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"report: cannot read {path}: {exc}") from exc
+    merged = reports[0] if len(reports) == 1 else merge(reports)
+    if ns.json:
+        print(json.dumps(merged, indent=1))
+    else:
+        print(format_summary(merged, limit=ns.limit))
+    return 0
+

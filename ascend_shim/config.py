@@ -1,0 +1,145 @@
+"""The one parser of the shim's settings: environment variables, ``activate()`` keywords and CLI options.
+
+Precedence: defaults < environment < keyword arguments. A :class:`Config` can be turned back into
+environment variables (:meth:`Config.to_env`) so every child process comes up with the same settings.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Mapping
+
+from .errors import ConfigError
+
+BACKENDS = ("npu", "sim", "auto")
+LOG_LEVELS = ("debug", "info", "warning", "error", "off")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+_ID_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvVar:
+    name: str
+    field: str
+    default: str
+    values: str
+    doc: str
+
+
+#: Every environment toggle, in README order. The README table and the CLI help are generated from this.
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("ASCEND_SHIM", "enabled", "0", "0 | 1",
+           "Activate the shim in every Python process of the environment that loads the bootstrap or example "
+           "`sitecustomize` (set by `ascend-shim run` for its children)."),
+    EnvVar("ASCEND_SHIM_BACKEND", "backend", "auto", "npu | sim | auto",
+           "`npu`: the real torch_npu. `sim`: the CPU-backed emulated NPU. `auto`: torch_npu if importable, "
+           "else an error (never a silent CPU fallback)."),
+    EnvVar("ASCEND_SHIM_DISABLE", "disable", "", "comma list of patch-set or patch ids (globs allowed, `*` = all)",
+           "Patch sets or single patches not to apply."),
+    EnvVar("ASCEND_SHIM_ONLY", "only", "", "comma list of patch-set or patch ids",
+           "Apply only these patch sets or patches."),
+    EnvVar("ASCEND_SHIM_ENABLE", "enable", "", "comma list of patch-set ids",
+           "Turn on patch sets that are off by default (e.g. `fast_ops`)."),
+    EnvVar("ASCEND_SHIM_STRICT", "strict", "0", "0 | 1",
+           "A patch that cannot apply (missing attribute, version out of range, error) stops the program "
+           "instead of being skipped and reported."),
+    EnvVar("ASCEND_SHIM_LOG", "log", "warning", " | ".join(LOG_LEVELS),
+           "Level of the `ascend_shim` logger (stderr); `off` also silences the exit summary."),
+    EnvVar("ASCEND_SHIM_REPORT", "report", "", "path of a .json file",
+           "Write the migration report of each process as JSON (rank or pid added to the name for workers)."),
+    EnvVar("ASCEND_SHIM_PATCH_MODULES", "patch_modules", "", "comma list of importable module names",
+           "Extra modules defining `PATCH_SETS` (user or third-party patch sets)."),
+)
+_BY_FIELD = {v.field: v for v in ENV_VARS}
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; use 1 or 0")
+
+
+def _parse_list(name: str, raw, *, pattern=_ID_RE) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    out = []
+    for item in items:
+        item = str(item).strip()
+        if not item:
+            if isinstance(raw, str) and raw.strip():
+                raise ConfigError(f"{name}={raw!r} is malformed: empty item in a comma list (e.g. 'a,,b')")
+            continue
+        if not pattern.match(item):
+            raise ConfigError(f"{name}: {item!r} is not a valid id; ids use letters, digits, '_', '.', '-' and "
+                              "glob characters")
+        out.append(item)
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    enabled: bool = False
+    backend: str = "auto"
+    disable: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    enable: tuple[str, ...] = ()
+    strict: bool = False
+    log: str = "warning"
+    report: str = ""
+    patch_modules: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Config":
+        """Read the environment, then apply keyword overrides (``None`` means: keep the environment's)."""
+        env = os.environ if environ is None else environ
+        values = {}
+        for var in ENV_VARS:
+            raw = env.get(var.name)
+            if raw is not None:
+                values[var.field] = _coerce(var, raw)
+        for field, value in overrides.items():
+            if field not in _BY_FIELD:
+                raise TypeError(f"unknown setting {field!r}; known: {', '.join(_BY_FIELD)}")
+            if value is not None:
+                values[field] = _coerce(_BY_FIELD[field], value)
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that reproduce this configuration in a child process."""
+        out = {}
+        for var in ENV_VARS:
+            value = getattr(self, var.field)
+            if isinstance(value, bool):
+                out[var.name] = "1" if value else "0"
+            elif isinstance(value, tuple):
+                out[var.name] = ",".join(value)
+            else:
+                out[var.name] = str(value)
+        return out
+
+
+def _coerce(var: EnvVar, raw):
+    name = var.name
+    if var.field in ("enabled", "strict"):
+        return raw if isinstance(raw, bool) else _parse_bool(name, str(raw))
+    if var.field == "backend":
+        value = str(raw).strip().lower()
+        if value not in BACKENDS:
+            raise ConfigError(f"{name}={raw!r} is not a backend; valid values: {', '.join(BACKENDS)}")
+        return value
+    if var.field == "log":
+        value = str(raw).strip().lower()
+        if value not in LOG_LEVELS:
+            raise ConfigError(f"{name}={raw!r} is not a log level; valid values: {', '.join(LOG_LEVELS)}")
+        return value
+    if var.field == "patch_modules":
+        return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"))
+    if var.field in ("disable", "only", "enable"):
+        return _parse_list(name, raw)
+    return str(raw)

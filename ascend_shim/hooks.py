@@ -1,0 +1,153 @@
+"""Post-import hooks: run a callback when a module has finished importing (or at once if it already has).
+
+Modelled on wrapt's importer, with three differences that matter for patching torch:
+
+* a hook for ``torch.cuda`` does not run while ``torch`` (any parent package) is still initialising: it
+  waits until the whole package is importable, so patches never see a half-built parent;
+* the finder leaves no proxy behind: the module's ``__loader__`` / ``__spec__.loader`` are the real loader
+  (runpy, pkg_resources and pickling see nothing unusual);
+* hooks can be removed (``clear``), and the finder leaves ``sys.meta_path`` when nothing is watched.
+
+Each module's hooks run once, outside the registry lock (a hook may import other modules); the import
+system's per-module lock already serialises two threads importing the same module.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import threading
+from typing import Callable
+
+Hook = Callable[[object], None]
+
+_lock = threading.RLock()
+_hooks: dict[str, list[Hook]] = {}  # module name -> hooks still to run
+_watched: set[str] = set()  # module names (with their parents) the finder intercepts
+_pending: set[str] = set()  # imported modules whose hooks wait for a parent package to finish
+_guard = threading.local()
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _initializing(name: str) -> bool:
+    module = sys.modules.get(name)
+    if module is None:
+        return True  # a parent not in sys.modules yet is certainly not finished
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+class _NotifyingLoader(importlib.abc.Loader):
+    """Runs the real loader, then the hooks; restores the real loader on the module before executing it."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        spec.loader = self._loader
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        spec = module.__spec__
+        spec.loader = self._loader
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        # the import machinery clears ``_initializing`` only after we return: tell the check it is done
+        _module_finished(module.__name__)
+
+    def __getattr__(self, name):  # get_code, get_source, is_package ... for runpy and friends
+        return getattr(self._loader, name)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _watched:
+            return None
+        busy = getattr(_guard, "names", None)
+        if busy is None:
+            busy = _guard.names = set()
+        if fullname in busy:
+            return None
+        busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _NotifyingLoader(spec.loader)
+        return spec
+
+
+_finder = _PostImportFinder()
+
+
+def _done(name: str, just_finished: str | None) -> bool:
+    return name == just_finished or (name in sys.modules and not _initializing(name))
+
+
+def _module_finished(name: str | None) -> None:
+    """``name`` has just executed (its ``_initializing`` flag is still set): run every hook now ready."""
+    with _lock:
+        if name in _hooks:
+            _pending.add(name)
+        ready = [m for m in sorted(_pending, key=lambda m: m.count("."))
+                 if _done(m, name) and all(_done(p, name) for p in _parents(m))]
+        jobs = []
+        for mod in ready:
+            _pending.discard(mod)
+            jobs.append((mod, _hooks.pop(mod, [])))
+    errors = []
+    for mod, hooks in jobs:
+        module = sys.modules.get(mod)
+        for hook in hooks:
+            try:
+                hook(module)
+            except BaseException as exc:  # run the other hooks, then let the first error through
+                errors.append(exc)
+    if jobs:
+        _maybe_drop_finder()
+    if errors:
+        raise errors[0]
+
+
+def _maybe_drop_finder():
+    with _lock:
+        if not _hooks and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+            _watched.clear()
+
+
+def when_imported(name: str, hook: Hook) -> None:
+    """Call ``hook(module)`` once ``name`` and all its parent packages have finished importing."""
+    with _lock:
+        _hooks.setdefault(name, []).append(hook)
+        _watched.add(name)
+        _watched.update(_parents(name))
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+        already = name in sys.modules
+        if already:
+            _pending.add(name)
+    if already and not _initializing(name):
+        # imported before we watched it: run now if its parents are complete, else when they finish
+        _module_finished(None)
+
+
+def pending() -> dict[str, int]:
+    with _lock:
+        return {name: len(hooks) for name, hooks in _hooks.items()}
+
+
+def clear() -> None:
+    """Drop every hook that has not run yet and leave ``sys.meta_path``."""
+    with _lock:
+        _hooks.clear()
+        _pending.clear()
+        _watched.clear()
+        if _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)

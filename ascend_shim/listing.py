@@ -1,0 +1,77 @@
+"""``ascend-shim list``: every patch set and patch, with metadata and status in this environment.
+
+Generated from the declarations alone, like the README coverage table (``--format markdown``), so the
+documentation cannot drift from the code.
+"""
+from __future__ import annotations
+
+import json
+
+from . import versions
+from .activation import _patch_selected, _set_selection, _validate_ids
+from .config import Config
+from .registry import PatchSet, all_patch_sets
+
+
+def set_status(s: PatchSet, config: Config) -> tuple[str, str, dict]:
+    backend = "npu" if config.backend == "auto" else config.backend
+    status, reason = _set_selection(s, config, backend)
+    ok, why, found = versions.check_requirements(s.requires)
+    if status == "active" and not ok:
+        status = "inactive" if any(v is None for v in found.values()) else "skipped"
+        reason = why
+    return status, reason, found
+
+
+def collect(config: Config) -> list[dict]:
+    sets, _ = all_patch_sets(config.patch_modules)
+    _validate_ids(config, sets)
+    out = []
+    for s in sets:
+        status, reason, found = set_status(s, config)
+        out.append({
+            "id": s.id, "title": s.title, "requires": s.requires, "installed": found, "status": status,
+            "reason": reason, "backends": list(s.backends), "default_enabled": s.default_enabled,
+            "checked_against": s.checked_against, "source": s.source,
+            "patches": [{
+                "id": p.id, "target": p.target, "kind": p.kind, "fidelity": p.fidelity, "why": p.why,
+                "what": p.what, "remove_when": p.remove_when, "covers": list(p.covers),
+                "status": ("disabled: " + _patch_selected(p, s, config)) if _patch_selected(p, s, config)
+                else status,
+            } for p in s.patches],
+        })
+    return out
+
+
+def render(config: Config, fmt: str = "text") -> str:
+    data = collect(config)
+    if fmt == "json":
+        return json.dumps(data, indent=1)
+    if fmt == "markdown":
+        return coverage_table(data)
+    lines = []
+    for s in data:
+        req = ", ".join(f"{d} {spec}" for d, spec in s["requires"].items()) or "-"
+        have = ", ".join(f"{d} {v or 'absent'}" for d, v in s["installed"].items()) or "-"
+        lines.append(f"[{s['status']}] {s['id']}: {s['title']}")
+        lines.append(f"    requires {req}; installed {have}" + (f"; {s['reason']}" if s["reason"] else ""))
+        if s["checked_against"]:
+            lines.append(f"    checked against {s['checked_against']}")
+        for p in s["patches"]:
+            lines.append(f"  - {p['id']} ({p['kind']}, {p['fidelity']}) -> {p['target']}")
+            lines.append(f"      why:  {p['why']}")
+            lines.append(f"      what: {p['what']}")
+            lines.append(f"      remove when: {p['remove_when']}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def coverage_table(data: list[dict]) -> str:
+    """The README coverage table: one row per patch."""
+    rows = ["| patch set | patch | target | kind | fidelity | what it does | remove when |",
+            "|---|---|---|---|---|---|---|"]
+    for s in data:
+        for p in s["patches"]:
+            cells = [s["id"], p["id"], f"`{p['target']}`", p["kind"], p["fidelity"], p["what"], p["remove_when"]]
+            rows.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,193 @@
+"""The one choke point through which every attribute replacement goes (gevent's ``patch_item`` idea).
+
+* the *first* original of each attribute is kept, so two patches on one attribute revert cleanly;
+* a replacement carries ``__wrapped__`` (wraps) and ``__ascend_shim_patch__`` (the patch id) where it can;
+* copies bound earlier by ``from x import y`` in already-imported modules are rebound too (MindSpeed's alias
+  sweep, by identity, never by name) and recorded, so ``revert_all`` puts them back;
+* ``revert_all`` restores every attribute to the identical original object, in reverse order.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import threading
+import types
+from typing import Any
+
+_MISSING = object()
+_lock = threading.RLock()
+_SWEEPABLE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
+              types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+@dataclasses.dataclass
+class Change:
+    """One attribute replaced by one patch (with the aliases rebound alongside)."""
+
+    patch_id: str
+    owner: Any
+    attr: str
+    original: Any  # the raw value in owner.__dict__ (descriptors kept), or _MISSING when added
+    replacement: Any
+    aliases: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (module name, attribute)
+
+    @property
+    def target(self) -> str:
+        return f"{_owner_name(self.owner)}.{self.attr}"
+
+
+_changes: list[Change] = []
+
+
+def _owner_name(owner) -> str:
+    if isinstance(owner, types.ModuleType):
+        return owner.__name__
+    return f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__qualname__', owner)}"
+
+
+def resolve(target: str) -> tuple[Any, str]:
+    """``"torch.cuda:memory.memory_allocated"`` -> (the ``torch.cuda.memory`` object, ``"memory_allocated"``)."""
+    module_name, _, path = target.partition(":")
+    owner: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
+    parts = path.split(".")
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    return owner, parts[-1]
+
+
+def raw_get(owner, attr: str):
+    """The attribute as stored (a ``staticmethod`` stays one), looked up along the MRO for classes."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if attr in klass.__dict__:
+                return klass.__dict__[attr]
+        return _MISSING
+    return getattr(owner, attr, _MISSING)
+
+
+def bound(owner, raw):
+    """What ``getattr(owner, attr)`` gives for a raw class attribute (unwraps static/class methods)."""
+    if isinstance(owner, type) and isinstance(raw, (staticmethod, classmethod)):
+        return raw.__get__(None, owner)
+    return raw
+
+
+def replace(patch_id: str, owner, attr: str, replacement, *, allow_missing: bool = False,
+            is_wrapper: bool = False) -> Change:
+    """Set ``owner.attr = replacement`` and remember the first original.
+
+    Only a wrapper made for this patch (``is_wrapper``) is marked; an existing object used as a replacement
+    (an alias such as ``torch.npu.synchronize``) is left untouched.
+    """
+    with _lock:
+        if isinstance(owner, type):
+            original = owner.__dict__.get(attr, _MISSING)  # an inherited attribute is shadowed, then unshadowed
+            current = raw_get(owner, attr)
+        else:
+            original = current = getattr(owner, attr, _MISSING)
+        if current is _MISSING and not allow_missing:
+            raise AttributeError(f"{_owner_name(owner)} has no attribute {attr!r}")
+        if is_wrapper:
+            _mark(replacement, patch_id, bound(owner, current) if current is not _MISSING else None)
+        setattr(owner, attr, replacement)
+        change = Change(patch_id, owner, attr, original, replacement)
+        _changes.append(change)
+        return change
+
+
+def _mark(obj, patch_id: str, wrapped) -> None:
+    try:
+        obj.__ascend_shim_patch__ = patch_id
+        if wrapped is not None and not hasattr(obj, "__wrapped__") and callable(obj):
+            obj.__wrapped__ = wrapped
+    except (AttributeError, TypeError):
+        pass  # builtins, slots: nothing to mark
+
+
+def sweep_aliases(changes: list[Change]) -> None:
+    """Rebind copies of the originals held by already-imported modules (``from x import y``)."""
+    by_id = {}
+    for change in changes:
+        value = bound(change.owner, change.original)
+        if value is not _MISSING and isinstance(value, _SWEEPABLE):
+            by_id[id(value)] = (value, change)
+    if not by_id:
+        return
+    with _lock:
+        for mod_name, module in list(sys.modules.items()):
+            if module is None or mod_name.startswith("ascend_shim"):
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                hit = by_id.get(id(value))
+                if hit is None or hit[0] is not value:
+                    continue
+                change = hit[1]
+                if module is change.owner and name == change.attr:
+                    continue
+                namespace[name] = bound(change.owner, change.replacement)
+                change.aliases.append((mod_name, name))
+
+
+def changes_of(patch_id: str) -> list[Change]:
+    return [c for c in _changes if c.patch_id == patch_id]
+
+
+def revert(changes: list[Change]) -> None:
+    """Undo the given changes (most recent first), aliases included."""
+    with _lock:
+        for change in reversed(changes):
+            if change.original is _MISSING:
+                try:
+                    delattr(change.owner, change.attr)
+                except AttributeError:
+                    pass
+            else:
+                setattr(change.owner, change.attr, change.original)
+            original = bound(change.owner, change.original)
+            replacement = bound(change.owner, change.replacement)
+            for mod_name, name in change.aliases:
+                module = sys.modules.get(mod_name)
+                if module is not None and getattr(module, name, None) is replacement:
+                    setattr(module, name, original)
+            if change in _changes:
+                _changes.remove(change)
+
+
+def revert_all() -> None:
+    with _lock:
+        revert(list(_changes))
+
+
+def find_change(target: str) -> Change | None:
+    """The first change on ``target`` (``"torch.cuda.is_available"`` or ``"torch.cuda:is_available"``)."""
+    dotted = target.replace(":", ".")
+    with _lock:
+        for change in _changes:
+            if change.target == dotted or f"{_owner_name(change.owner)}.{change.attr}" == dotted:
+                return change
+            if isinstance(change.owner, type) and dotted.endswith(f".{change.owner.__qualname__}.{change.attr}"):
+                return change
+    return None
+
+
+def is_patched(target: str) -> bool:
+    return find_change(target) is not None
+
+
+def original(target: str):
+    """The object ``target`` had before any patch (raises ``KeyError`` if it is not patched)."""
+    change = find_change(target)
+    if change is None:
+        raise KeyError(f"{target} is not patched by ascend_shim")
+    if change.original is _MISSING:
+        raise KeyError(f"{target} did not exist before ascend_shim added it")
+    return bound(change.owner, change.original)
+
+
+def all_changes() -> list[Change]:
+    with _lock:
+        return list(_changes)

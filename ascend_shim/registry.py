@@ -1,0 +1,186 @@
+"""Declared patches: what a patch set is, and where patch sets come from.
+
+Declaring applies nothing. A :class:`PatchSet` names the distributions it supports (with version ranges) and
+holds :class:`Patch` records; every record carries the metadata that ``list``, the migration report, ``scan``
+and the README coverage table are generated from (id, target, kind, why, what, when it can be removed).
+
+Patch-set modules must be cheap to import: they declare, and import their targets only inside factories,
+which run when the target module is imported.
+
+Where patch sets come from, in this order:
+1. the built-in modules of ``ascend_shim.patches`` (the repository's top-level ``patches/`` folder);
+2. the entry-point group ``ascend_shim.patch_sets`` (third-party packages; an entry point names a
+   :class:`PatchSet`, a list of them, or a module with ``PATCH_SETS``);
+3. ``ASCEND_SHIM_PATCH_MODULES``: modules with a ``PATCH_SETS`` list (user code).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable, Iterable
+
+from .errors import ConfigError
+
+ENTRY_POINT_GROUP = "ascend_shim.patch_sets"
+
+#: kind -> how the factory's result is used (see ``patching.apply_patch``)
+KINDS = {
+    "replace": "the attribute is replaced by the factory's result",
+    "wrap": "the attribute is replaced by a wrapper around the original (``__wrapped__`` set)",
+    "add": "an attribute the target lacks is added",
+    "provide-module": "a module or package the environment lacks is provided (import alias + metadata)",
+    "env": "environment variables are translated",
+    "call": "custom code runs and returns its own undo",
+}
+#: what a patch does when its feature has no NPU equivalent: ``exact`` translation, ``fallback`` (exact but
+#: slower, recorded), ``unsupported`` (clear error), ``neutral`` (documented neutral value, recorded)
+FIDELITY = ("exact", "fallback", "unsupported", "neutral")
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    """One declared change. ``target`` is ``"module:attr.path"`` (or ``"module"`` / ``"env:VAR"``)."""
+
+    id: str
+    target: str
+    kind: str
+    why: str
+    what: str
+    remove_when: str
+    factory: Callable[..., Any] = dataclasses.field(repr=False, compare=False)
+    fidelity: str = "exact"
+    #: CUDA-isms this patch covers, as ``scan`` names them (e.g. "torch.cuda.memory_allocated", "nccl")
+    covers: tuple[str, ...] = ()
+    #: extra gating of this one patch: {distribution: specifier}
+    requires: tuple[tuple[str, str], ...] = ()
+    set_id: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"patch {self.id}: unknown kind {self.kind!r}; kinds: {', '.join(KINDS)}")
+        if self.fidelity not in FIDELITY:
+            raise ValueError(f"patch {self.id}: unknown fidelity {self.fidelity!r}; one of {FIDELITY}")
+        for field in ("id", "target", "why", "what", "remove_when"):
+            if not getattr(self, field).strip():
+                raise ValueError(f"patch {self.id or '?'}: metadata field {field!r} is empty")
+
+    @property
+    def module(self) -> str | None:
+        """The module whose import triggers this patch (None: applied at activation)."""
+        if self.target.startswith("env:"):
+            return None
+        if self.kind == "provide-module":
+            return None
+        return self.target.partition(":")[0]
+
+    @property
+    def attribute(self) -> str:
+        return self.target.partition(":")[2]
+
+
+@dataclasses.dataclass
+class PatchSet:
+    """A group of patches for one target (a library or a project), gated on installed versions."""
+
+    id: str
+    title: str
+    #: {distribution name: PEP 440 specifier}; the set is skipped (and reported) when one is missing or outside
+    requires: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: the set applies only under these backends
+    backends: tuple[str, ...] = ("npu", "sim")
+    #: off-by-default sets are turned on with ASCEND_SHIM_ENABLE
+    default_enabled: bool = True
+    #: what the set was checked against (versions, commits), shown by ``list``
+    checked_against: str = ""
+    #: a set whose required distributions are absent is simply inactive (no target, nothing to do)
+    patches: list[Patch] = dataclasses.field(default_factory=list)
+    source: str = "builtin"
+
+    # -- declaring -------------------------------------------------------------------------------------------
+    def add(self, patch: Patch) -> Patch:
+        if any(p.id == patch.id for p in self.patches):
+            raise ValueError(f"patch set {self.id}: duplicate patch id {patch.id}")
+        patch = dataclasses.replace(patch, set_id=self.id)
+        self.patches.append(patch)
+        return patch
+
+    def patch(self, target: str, *, kind: str = "wrap", why: str, what: str, remove_when: str,
+              id: str | None = None, fidelity: str = "exact", covers: Iterable[str] = (),
+              requires: dict[str, str] | None = None):
+        """Decorator declaring a patch whose factory is the decorated function: ``factory(ctx) -> value``."""
+
+        def decorate(factory):
+            name = id or f"{self.id}.{target.replace(':', '.')}"
+            self.add(Patch(id=name, target=target, kind=kind, why=why, what=what, remove_when=remove_when,
+                           factory=factory, fidelity=fidelity, covers=tuple(covers),
+                           requires=tuple((requires or {}).items())))
+            return factory
+
+        return decorate
+
+    def modules(self) -> set[str]:
+        return {p.module for p in self.patches if p.module}
+
+
+def _sets_from(obj: Any, where: str) -> list[PatchSet]:
+    if isinstance(obj, PatchSet):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [s for item in obj for s in _sets_from(item, where)]
+    if hasattr(obj, "PATCH_SETS"):
+        return _sets_from(obj.PATCH_SETS, where)
+    raise TypeError(f"{where} does not define patch sets (expected a PatchSet, a list, or a module with PATCH_SETS)")
+
+
+def builtin_patch_sets() -> list[PatchSet]:
+    import ascend_shim.patches as pkg
+
+    found = []
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        if hasattr(module, "PATCH_SETS"):
+            found.extend(_sets_from(module, module.__name__))
+    return found
+
+
+def entry_point_patch_sets() -> tuple[list[PatchSet], list[tuple[str, str]]]:
+    """Third-party sets; a broken entry point is returned as (name, error) rather than raised."""
+    from importlib.metadata import entry_points
+
+    sets, errors = [], []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            for s in _sets_from(ep.load(), f"entry point {ep.name}"):
+                s.source = f"entry point {ep.name} ({ep.value})"
+                sets.append(s)
+        except Exception as exc:  # a third party must not break the user's program
+            errors.append((ep.name, f"{type(exc).__name__}: {exc}"))
+    return sets, errors
+
+
+def user_patch_sets(modules: Iterable[str]) -> list[PatchSet]:
+    sets = []
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"ASCEND_SHIM_PATCH_MODULES: cannot import {name!r}: {exc}") from exc
+        for s in _sets_from(module, name):
+            s.source = f"module {name}"
+            sets.append(s)
+    return sets
+
+
+def all_patch_sets(patch_modules: Iterable[str] = ()) -> tuple[list[PatchSet], list[tuple[str, str]]]:
+    """Every known patch set (built-in, entry points, user modules) and the entry points that failed."""
+    ep_sets, ep_errors = entry_point_patch_sets()
+    sets = builtin_patch_sets() + ep_sets + user_patch_sets(patch_modules)
+    seen: dict[str, PatchSet] = {}
+    for s in sets:
+        if s.id in seen:
+            raise ConfigError(f"patch set id {s.id!r} is declared twice ({seen[s.id].source} and {s.source})")
+        seen[s.id] = s
+    return sets, ep_errors

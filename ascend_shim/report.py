@@ -1,0 +1,240 @@
+"""The migration report: what was patched, skipped or failed, and every CUDA call the shim acted on.
+
+Calls are deduplicated by call site: the first frame outside ascend_shim, torch and a few stdlib wrappers,
+i.e. the line of the user's (or a library's) code that made the CUDA call. Recording is cheap enough for hot
+paths: one frame walk (cached per code object) and a dict update.
+
+Each process keeps its own report; at exit rank 0 (or the root process) prints a one-screen summary, and with
+``ASCEND_SHIM_REPORT=path`` every process writes JSON (``path`` for the root process, ``stem.rank<R>.json``
+for distributed workers, ``stem.pid<P>.json`` for other children). ``merge`` combines those files.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+CATEGORIES = ("translated", "unsupported", "fallback", "rewritten", "env")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    prefixes = [_HERE + os.sep, contextlib.__file__, functools.__file__, threading.__file__, "<frozen "]
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.submodule_search_locations:
+        prefixes.extend(os.path.join(p, "") for p in spec.submodule_search_locations)
+    return tuple(prefixes)
+
+
+class Report:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._internal: dict = {}  # code object -> is it internal?
+        self._prefixes: tuple[str, ...] | None = None
+        self.reset()
+
+    def reset(self):
+        with self._lock:
+            self.started = time.time()
+            self.backend = ""
+            self.sets: dict[str, dict] = {}
+            self.patches: dict[str, dict] = {}
+            self._events: dict[tuple, list] = {}  # (category, api, detail, code, line) -> [count]
+            self.notes: list[str] = []
+
+    # -- what the registry records ---------------------------------------------------------------------------
+    def record_set(self, set_id: str, status: str, reason: str = "", **extra):
+        with self._lock:
+            self.sets[set_id] = {"status": status, "reason": reason, **extra}
+
+    def record_patch(self, patch, status: str, reason: str = "", aliases=()):
+        with self._lock:
+            self.patches[patch.id] = {
+                "set": patch.set_id, "target": patch.target, "kind": patch.kind, "fidelity": patch.fidelity,
+                "status": status, "reason": reason, "aliases": [f"{m}.{n}" for m, n in aliases],
+            }
+
+    # -- what patches record while the program runs ----------------------------------------------------------
+    def event(self, category: str, api: str, detail: str = "", *, skip: int = 2, site: tuple | None = None):
+        """Count one call of ``api`` at the caller's user-code site; ``detail`` says what it became."""
+        if site is None:
+            site = self._call_site(skip + 1)
+        key = (category, api, detail) + site
+        with self._lock:
+            slot = self._events.get(key)
+            if slot is None:
+                self._events[key] = [1]
+            else:
+                slot[0] += 1
+
+    def translated(self, api: str, became: str, skip: int = 2):
+        self.event("translated", api, became, skip=skip + 1)
+
+    def unsupported(self, api: str, detail: str, skip: int = 2):
+        self.event("unsupported", api, detail, skip=skip + 1)
+
+    def fallback(self, api: str, detail: str, skip: int = 2):
+        self.event("fallback", api, detail, skip=skip + 1)
+
+    def env(self, variable: str, detail: str):
+        self.event("env", variable, detail, site=("<environment>", 0))
+
+    def rewritten(self, filename: str, line: int, api: str, detail: str):
+        self.event("rewritten", api, detail, site=(filename, line))
+
+    def note(self, text: str):
+        with self._lock:
+            if text not in self.notes:
+                self.notes.append(text)
+
+    def _call_site(self, skip: int) -> tuple[str, int]:
+        if self._prefixes is None:
+            self._prefixes = _internal_prefixes()
+        frame = sys._getframe(skip)
+        internal = self._internal
+        while frame is not None:
+            code = frame.f_code
+            hit = internal.get(code)
+            if hit is None:
+                hit = internal[code] = code.co_filename.startswith(self._prefixes)
+            if not hit:
+                return code.co_filename, frame.f_lineno
+            frame = frame.f_back
+        return "<unknown>", 0
+
+    # -- output ----------------------------------------------------------------------------------------------
+    def events(self) -> list[dict]:
+        with self._lock:
+            items = list(self._events.items())
+        out = [{"category": c, "api": a, "detail": d, "file": f, "line": ln, "count": n[0]}
+               for (c, a, d, f, ln), n in items]
+        return sorted(out, key=lambda e: (CATEGORIES.index(e["category"]), e["file"], e["line"], e["api"]))
+
+    def to_dict(self) -> dict:
+        with self._lock:
+            sets, patches, notes = dict(self.sets), dict(self.patches), list(self.notes)
+        return {
+            "schema": "ascend_shim.report/1",
+            "process": {"pid": os.getpid(), "rank": process_rank(), "argv": list(sys.argv),
+                        "backend": self.backend, "started": self.started, "ended": time.time()},
+            "patch_sets": sets, "patches": patches, "events": self.events(), "notes": notes,
+        }
+
+    def write_json(self, path: str) -> Path:
+        target = Path(report_path_for_process(path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(target.suffix + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
+        os.replace(tmp, target)
+        return target
+
+
+def process_rank() -> int | None:
+    raw = os.environ.get("RANK")
+    return int(raw) if raw and raw.isdigit() else None
+
+
+def is_root_process() -> bool:
+    return os.environ.get("ASCEND_SHIM_ROOT_PID") == str(os.getpid())
+
+
+def report_path_for_process(path: str) -> str:
+    p = Path(path)
+    rank = process_rank()
+    if rank is not None:
+        return str(p.with_name(f"{p.stem}.rank{rank}{p.suffix or '.json'}"))
+    if is_root_process() or "ASCEND_SHIM_ROOT_PID" not in os.environ:
+        return str(p)
+    return str(p.with_name(f"{p.stem}.pid{os.getpid()}{p.suffix or '.json'}"))
+
+
+# -- reading and merging reports -----------------------------------------------------------------------------
+def merge(reports: list[dict]) -> dict:
+    """Combine per-process reports: counts summed per call site, statuses listed per process."""
+    merged = {"schema": "ascend_shim.report/1", "processes": [], "patch_sets": {}, "patches": {},
+              "events": [], "notes": []}
+    events: dict[tuple, dict] = {}
+    for rep in reports:
+        merged["processes"].append(rep.get("process", {}))
+        for key in ("patch_sets", "patches"):
+            for ident, info in rep.get(key, {}).items():
+                slot = merged[key].setdefault(ident, dict(info))
+                if info.get("status") != slot.get("status"):
+                    slot["status"] = "mixed"
+                    slot.setdefault("per_process", []).append(info.get("status"))
+        for ev in rep.get("events", []):
+            k = (ev["category"], ev["api"], ev["detail"], ev["file"], ev["line"])
+            if k in events:
+                events[k]["count"] += ev["count"]
+            else:
+                events[k] = dict(ev)
+        merged["notes"].extend(n for n in rep.get("notes", []) if n not in merged["notes"])
+    merged["events"] = sorted(events.values(), key=lambda e: (CATEGORIES.index(e["category"]), e["file"],
+                                                             e["line"], e["api"]))
+    return merged
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
+
+
+def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) -> str:
+    """A one-screen text summary of a report (one process's or a merged one)."""
+    proc = rep.get("process") or {}
+    sets, patches, events = rep.get("patch_sets", {}), rep.get("patches", {}), rep.get("events", [])
+    count = lambda d, s: sum(1 for v in d.values() if v.get("status") == s)  # noqa: E731
+    head = "ascend_shim migration report"
+    if proc:
+        head += f" (backend {proc.get('backend') or '?'}, pid {proc.get('pid')}"
+        head += f", rank {proc['rank']})" if proc.get("rank") is not None else ")"
+    elif rep.get("processes"):
+        head += f" ({len(rep['processes'])} processes merged)"
+    lines = [head,
+             f"  patch sets: {count(sets, 'active')} active, {count(sets, 'inactive')} inactive (target not "
+             f"installed), {count(sets, 'skipped')} skipped, {count(sets, 'disabled')} disabled",
+             f"  patches: {count(patches, 'applied')} applied, {count(patches, 'pending')} pending (target not "
+             f"imported), {count(patches, 'skipped')} skipped, {count(patches, 'failed')} failed, "
+             f"{count(patches, 'not-needed')} not needed"]
+    for ident, info in sorted(sets.items()):
+        if info.get("status") == "skipped":
+            lines.append(f"    set {ident} skipped: {info.get('reason')}")
+    for ident, info in sorted(patches.items()):
+        if info.get("status") in ("skipped", "failed"):
+            lines.append(f"    patch {ident} {info['status']}: {info.get('reason')}")
+    aliases = sum(len(v.get("aliases", [])) for v in patches.values())
+    if aliases:
+        lines.append(f"  late aliases rebound (`from x import y` copies): {aliases}")
+    titles = {"translated": "translated CUDA calls", "unsupported": "UNSUPPORTED calls",
+              "fallback": "fallbacks taken", "rewritten": "rewritten comparisons in user code",
+              "env": "environment translated"}
+    for category in CATEGORIES:
+        items = [e for e in events if e["category"] == category]
+        if not items:
+            continue
+        total = sum(e["count"] for e in items)
+        lines.append(f"  {titles[category]}: {len(items)} sites, {total} calls")
+        for e in sorted(items, key=lambda e: -e["count"])[:limit]:
+            where = "" if e["file"] == "<environment>" else f"{_short(e['file'])}:{e['line']}  "
+            arrow = f" -> {e['detail']}" if e["detail"] else ""
+            lines.append(f"    {where}{e['api']}{arrow}  x{e['count']}")
+        if len(items) > limit:
+            lines.append(f"    ... {len(items) - limit} more sites (see the JSON report)")
+    for note in rep.get("notes", []):
+        lines.append(f"  note: {note}")
+    if json_path:
+        lines.append(f"  JSON report: {json_path}")
+    return "\n".join(lines)
+
+
+#: the process-wide report
+REPORT = Report()
