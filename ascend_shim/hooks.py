@@ -48,7 +48,6 @@ class _NotifyingLoader(importlib.abc.Loader):
         self._loader = loader
 
     def create_module(self, spec):
-        spec.loader = self._loader
         return self._loader.create_module(spec)
 
     def exec_module(self, module):

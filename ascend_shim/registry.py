@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import types
 from typing import Any, Callable, Iterable
 
 from .errors import ConfigError
@@ -124,6 +125,9 @@ class PatchSet:
 
 
 def _sets_from(obj: Any, where: str) -> list[PatchSet]:
+    if isinstance(obj, types.ModuleType):
+        # frames of a patch module's wrappers are not the user's call sites (see report._call_site)
+        obj.__ascend_shim_internal__ = True
     if isinstance(obj, PatchSet):
         return [obj]
     if isinstance(obj, (list, tuple)):

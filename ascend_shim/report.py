@@ -61,10 +61,10 @@ class Report:
             }
 
     # -- what patches record while the program runs ----------------------------------------------------------
-    def event(self, category: str, api: str, detail: str = "", *, skip: int = 2, site: tuple | None = None):
+    def event(self, category: str, api: str, detail: str = "", *, site: tuple | None = None):
         """Count one call of ``api`` at the caller's user-code site; ``detail`` says what it became."""
         if site is None:
-            site = self._call_site(skip + 1)
+            site = self._call_site()
         key = (category, api, detail) + site
         with self._lock:
             slot = self._events.get(key)
@@ -73,14 +73,14 @@ class Report:
             else:
                 slot[0] += 1
 
-    def translated(self, api: str, became: str, skip: int = 2):
-        self.event("translated", api, became, skip=skip + 1)
+    def translated(self, api: str, became: str):
+        self.event("translated", api, became)
 
-    def unsupported(self, api: str, detail: str, skip: int = 2):
-        self.event("unsupported", api, detail, skip=skip + 1)
+    def unsupported(self, api: str, detail: str):
+        self.event("unsupported", api, detail)
 
-    def fallback(self, api: str, detail: str, skip: int = 2):
-        self.event("fallback", api, detail, skip=skip + 1)
+    def fallback(self, api: str, detail: str):
+        self.event("fallback", api, detail)
 
     def env(self, variable: str, detail: str):
         self.event("env", variable, detail, site=("<environment>", 0))
@@ -93,16 +93,20 @@ class Report:
             if text not in self.notes:
                 self.notes.append(text)
 
-    def _call_site(self, skip: int) -> tuple[str, int]:
+    def _call_site(self) -> tuple[str, int]:
+        """The first frame that is not ascend_shim, a patch module, torch or a stdlib wrapper."""
         if self._prefixes is None:
             self._prefixes = _internal_prefixes()
-        frame = sys._getframe(skip)
+        frame = sys._getframe(1)
         internal = self._internal
         while frame is not None:
             code = frame.f_code
             hit = internal.get(code)
             if hit is None:
-                hit = internal[code] = code.co_filename.startswith(self._prefixes)
+                g = frame.f_globals
+                hit = internal[code] = (code.co_filename.startswith(self._prefixes)
+                                        or g.get("__name__", "").startswith("ascend_shim.")
+                                        or bool(g.get("__ascend_shim_internal__")))
             if not hit:
                 return code.co_filename, frame.f_lineno
             frame = frame.f_back

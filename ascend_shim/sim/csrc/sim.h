@@ -1,0 +1,68 @@
+// Shared declarations of the emulated NPU ("sim"): a PrivateUse1 device whose memory is host memory.
+//
+// device.cpp   allocator + accounting, device/stream/event guard, hooks, generators, pinned host memory
+// kernels.cpp  the few native kernels (factories, copies, views, set_, resize_) and the zero-copy CPU fallback
+// autocast.cpp AutocastPrivateUse1 policies (CUDA's op lists)
+// module.cpp   Python bindings
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/Storage.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace ascend_sim {
+
+constexpr c10::DeviceType kNpu = c10::DeviceType::PrivateUse1;
+// Upper bound for ASCEND_SHIM_SIM_DEVICES (a real Ascend server has 8 or 16 NPUs).
+constexpr int kMaxDevices = 64;
+
+// ---- devices -------------------------------------------------------------------------------------------------
+c10::DeviceIndex device_count();
+c10::DeviceIndex current_device();
+void set_device(c10::DeviceIndex index);  // validates the index
+void check_index(c10::DeviceIndex index);
+c10::DeviceIndex resolve_index(c10::DeviceIndex index);  // -1 -> current device
+
+// ---- memory ----------------------------------------------------------------------------------------------------
+c10::Allocator* npu_allocator();
+// Wraps memory owned by `owner` (a CPU DataPtr) as device memory of npu:index; accounted as live bytes.
+c10::DataPtr adopt_data(c10::DataPtr owner, size_t nbytes, c10::DeviceIndex index);
+// Wraps a CPU storage's memory as device memory of npu:index, keeping the CPU storage alive.
+c10::DataPtr adopt_storage(const c10::Storage& cpu_storage, c10::DeviceIndex index);
+// A CPU DataPtr onto an npu storage's memory that keeps the npu storage alive.
+c10::DataPtr host_view_of(const c10::Storage& npu_storage);
+
+struct MemoryStats {
+  int64_t live_bytes, peak_bytes, allocated_bytes, freed_bytes;
+  int64_t live_blocks, peak_blocks, allocated_blocks, freed_blocks;
+  int64_t oom_count;
+};
+MemoryStats memory_stats(c10::DeviceIndex index);
+void reset_peak(c10::DeviceIndex index);
+void reset_accumulated(c10::DeviceIndex index);
+int64_t total_memory();
+void set_memory_fraction(double fraction, c10::DeviceIndex index);
+double memory_fraction(c10::DeviceIndex index);
+
+// ---- counters --------------------------------------------------------------------------------------------------
+// One user-visible device-to-host transfer. Inside a d2h scope (e.g. printing a tensor, which reads many
+// elements) only the first transfer counts.
+void count_d2h();
+int64_t d2h_syncs();
+void reset_d2h();
+void d2h_scope_enter();
+void d2h_scope_exit();
+
+// ---- random ----------------------------------------------------------------------------------------------------
+const at::Generator& default_generator(c10::DeviceIndex index);
+at::Generator new_generator(c10::DeviceIndex index);
+// The CPU generator that carries an npu generator's state; CPU kernels draw from it.
+at::Generator host_generator(const at::Generator& npu_generator);
+
+}  // namespace ascend_sim
