@@ -19,7 +19,7 @@ from . import backend as backend_mod
 from . import hooks, patching, versions
 from .config import Config
 from .context import PatchContext
-from .errors import ConfigError, NotNeeded, StrictModeError
+from .errors import ConfigError, NotNeeded, StrictModeError, TargetMissing
 from .registry import Patch, PatchSet, all_patch_sets
 from .report import REPORT, format_summary, is_root_process, process_rank, report_path_for_process
 
@@ -125,6 +125,11 @@ def _apply_patch(patch: Patch, config: Config, backend: str) -> list[patching.Ch
         _run_undos(patch.id, ctx.undos)
         REPORT.record_patch(patch, "not-needed", str(exc))
         return []
+    except TargetMissing as exc:
+        _run_undos(patch.id, ctx.undos)
+        REPORT.record_patch(patch, "skipped", str(exc))
+        _fail(config, f"patch {patch.id} skipped: {exc}")
+        return []
     except StrictModeError:
         raise
     except Exception as exc:
@@ -138,7 +143,7 @@ def _apply_patch(patch: Patch, config: Config, backend: str) -> list[patching.Ch
     _state.undos.extend((patch.id, u) for u in ctx.undos)
     REPORT.record_patch(patch, "applied")
     log.debug("applied %s", patch.id)
-    return [main_change] if main_change is not None else []
+    return [main_change] if main_change is not None and patch.sweep else []
 
 
 def _run_undos(patch_id: str, undos) -> None:

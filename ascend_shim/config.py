@@ -51,6 +51,15 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Write the migration report of each process as JSON (rank or pid added to the name for workers)."),
     EnvVar("ASCEND_SHIM_PATCH_MODULES", "patch_modules", "", "comma list of importable module names",
            "Extra modules defining `PATCH_SETS` (user or third-party patch sets)."),
+    EnvVar("ASCEND_SHIM_CUDA_CAPABILITY", "cuda_capability", "8.0", "major.minor",
+           "What `torch.cuda.get_device_capability()` answers user code: 8.0 leads code to bf16 paths and away "
+           "from fp8 / Hopper-only kernels, which the NPU lacks."),
+    EnvVar("ASCEND_SHIM_COMPILE_BACKEND", "compile_backend", "eager", "eager | aot_eager | inductor | none",
+           "The backend `torch.compile` uses on the NPU when the code asks for inductor (`none`: do not compile)."),
+    EnvVar("ASCEND_SHIM_REWRITE", "rewrite", "1", "0 | 1",
+           "Rewrite `x.device.type == \"cuda\"`-style comparisons in the user's own modules so they hold on the NPU."),
+    EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package names",
+           "Packages (besides the run target's directory tree) whose modules count as the user's code."),
 )
 _BY_FIELD = {v.field: v for v in ENV_VARS}
 
@@ -93,6 +102,10 @@ class Config:
     log: str = "warning"
     report: str = ""
     patch_modules: tuple[str, ...] = ()
+    cuda_capability: str = "8.0"
+    compile_backend: str = "eager"
+    rewrite: bool = True
+    user_packages: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Config":
@@ -126,7 +139,7 @@ class Config:
 
 def _coerce(var: EnvVar, raw):
     name = var.name
-    if var.field in ("enabled", "strict"):
+    if var.field in ("enabled", "strict", "rewrite"):
         return raw if isinstance(raw, bool) else _parse_bool(name, str(raw))
     if var.field == "backend":
         value = str(raw).strip().lower()
@@ -138,7 +151,17 @@ def _coerce(var: EnvVar, raw):
         if value not in LOG_LEVELS:
             raise ConfigError(f"{name}={raw!r} is not a log level; valid values: {', '.join(LOG_LEVELS)}")
         return value
-    if var.field == "patch_modules":
+    if var.field == "cuda_capability":
+        value = str(raw).strip()
+        if not re.fullmatch(r"\d+\.\d+", value):
+            raise ConfigError(f"{name}={raw!r} is not a capability; use major.minor, e.g. 8.0")
+        return value
+    if var.field == "compile_backend":
+        value = str(raw).strip()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ConfigError(f"{name}={raw!r} is not a backend name; e.g. eager, aot_eager, inductor, none")
+        return value
+    if var.field in ("patch_modules", "user_packages"):
         return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"))
     if var.field in ("disable", "only", "enable"):
         return _parse_list(name, raw)

@@ -58,5 +58,15 @@ class PatchContext:
 
         self.undos.append(undo)
 
+    def need(self, owner, name: str, what: str = ""):
+        """``getattr(owner, name)``, or skip this patch (reported) when it does not exist here."""
+        try:
+            return getattr(owner, name)
+        except Exception as exc:  # AttributeError, or an emulator's "not emulated" error
+            from .errors import TargetMissing
+
+            where = what or getattr(owner, "__name__", type(owner).__name__)
+            raise TargetMissing(f"{where}.{name} is not available here ({type(exc).__name__})") from None
+
     def on_undo(self, fn: Callable[[], None]) -> None:
         self.undos.append(fn)

@@ -27,3 +27,10 @@ class NotNeeded(Exception):
 
     Unlike a skip caused by a missing attribute, this is never an error, even in strict mode.
     """
+
+
+class TargetMissing(Exception):
+    """Raised by a factory when something it needs does not exist here (e.g. a name the backend lacks).
+
+    The patch is skipped and reported, like a missing target attribute (an error under strict mode).
+    """

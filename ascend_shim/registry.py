@@ -55,6 +55,8 @@ class Patch:
     covers: tuple[str, ...] = ()
     #: extra gating of this one patch: {distribution: specifier}
     requires: tuple[tuple[str, str], ...] = ()
+    #: rebind ``from x import y`` copies of the original in already-imported modules
+    sweep: bool = True
     set_id: str = ""
 
     def __post_init__(self):
@@ -108,14 +110,14 @@ class PatchSet:
 
     def patch(self, target: str, *, kind: str = "wrap", why: str, what: str, remove_when: str,
               id: str | None = None, fidelity: str = "exact", covers: Iterable[str] = (),
-              requires: dict[str, str] | None = None):
+              requires: dict[str, str] | None = None, sweep: bool = True):
         """Decorator declaring a patch whose factory is the decorated function: ``factory(ctx) -> value``."""
 
         def decorate(factory):
             name = id or f"{self.id}.{target.replace(':', '.')}"
             self.add(Patch(id=name, target=target, kind=kind, why=why, what=what, remove_when=remove_when,
                            factory=factory, fidelity=fidelity, covers=tuple(covers),
-                           requires=tuple((requires or {}).items())))
+                           requires=tuple((requires or {}).items()), sweep=sweep))
             return factory
 
         return decorate

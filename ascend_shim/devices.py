@@ -1,0 +1,76 @@
+"""Translating device *values* from CUDA to the NPU: never substrings, only device-valued arguments.
+
+``"cuda"`` -> ``"npu"``, ``"cuda:1"`` -> ``"npu:1"``, ``torch.device("cuda", 1)`` -> ``torch.device("npu", 1)``,
+an ``int`` -> ``"npu:N"`` only where torch reads a bare int as a CUDA index (the caller says so). Everything
+else (``"cpu"``, ``"meta"``, ``"npu:0"``, a file name that happens to contain "cuda") passes through as the
+identical object, so callers can test ``new is value`` to know whether anything changed.
+
+The checks are ordered for the hot path: one ``type()`` and one comparison for the common non-CUDA case.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+NPU = "npu"
+_TorchDevice = type(torch.device("cpu"))  # the real class, even after torch.device is proxied
+
+
+@functools.lru_cache(maxsize=256)
+def _translate_str(value: str) -> str:
+    if value == "cuda":
+        return NPU
+    if value.startswith("cuda:") and value[5:].isdigit():
+        return f"{NPU}:{value[5:]}"
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def _npu_device(index):
+    return _TorchDevice(NPU, index) if index is not None else _TorchDevice(NPU)
+
+
+def translate(value, *, ints: bool = False):
+    """The NPU equivalent of a device value, or ``value`` itself when it is not a CUDA device."""
+    kind = type(value)
+    if kind is str:
+        return _translate_str(value) if value.startswith("cuda") else value
+    if kind is _TorchDevice:
+        return _npu_device(value.index) if value.type == "cuda" else value
+    if ints and kind is int:
+        return f"{NPU}:{value}"
+    return value
+
+
+def is_cuda(value) -> bool:
+    kind = type(value)
+    if kind is str:
+        return value == "cuda" or (value.startswith("cuda:") and value[5:].isdigit())
+    if kind is _TorchDevice:
+        return value.type == "cuda"
+    return False
+
+
+def translate_backend(value):
+    """``"nccl"`` -> ``"hccl"``; ``"cpu:gloo,cuda:nccl"`` -> ``"cpu:gloo,npu:hccl"``; anything else unchanged."""
+    if type(value) is not str:
+        return value
+    if value.lower() == "nccl":
+        return "hccl"
+    if ":" in value and "," in value or value.startswith("cuda:"):
+        parts = []
+        for part in value.split(","):
+            dev, sep, be = part.partition(":")
+            if sep:
+                dev = translate(dev.strip())
+                be = "hccl" if be.strip().lower() == "nccl" else be
+                parts.append(f"{dev}:{be}")
+            else:
+                parts.append(part)
+        return ",".join(parts)
+    return value
+
+
+def describe(value) -> str:
+    return repr(value) if isinstance(value, str) else str(value)

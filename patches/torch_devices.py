@@ -1,0 +1,333 @@
+"""torch devices: every place torch consumes a device lands on the NPU when given a CUDA device.
+
+Translate once at the boundary: ``torch.device("cuda")`` itself yields an npu device, so device objects
+made after activation need nothing further; strings and ints are translated where torch consumes them
+(factories, ``.to``, ``.cuda``, ``torch.load`` ...). Only device-valued arguments change, never substrings:
+``torch.load("ckpt_cuda.pt")`` opens that file.
+"""
+from __future__ import annotations
+
+import functools
+
+from ascend_shim.registry import PatchSet
+
+from ._wrappers import note, translate_arg, translate_kwargs
+
+REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
+devices = PatchSet(
+    id="torch_devices", title="CUDA device values -> npu wherever torch consumes a device",
+    requires={"torch": ">=2.4,<2.15"}, checked_against="torch 2.13.0 (CPU build) with the sim backend",
+)
+
+
+# -- torch.device and other classes constructed with a device ----------------------------------------------
+def _proxy_class(orig, translate_call, name):
+    """A stand-in for a C++ class: calling it builds the *original* class (translated arguments);
+    ``isinstance``/``issubclass`` and class attributes behave as with the original."""
+
+    class _Meta(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, orig)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, orig)
+
+        def __call__(cls, *args, **kwargs):
+            args, kwargs = translate_call(args, kwargs)
+            return orig(*args, **kwargs)
+
+        def __getattr__(cls, attr):
+            return getattr(orig, attr)
+
+        def __repr__(cls):
+            return repr(orig)
+
+    proxy = _Meta(orig.__name__, (), {"__doc__": orig.__doc__, "__module__": orig.__module__,
+                                      "__qualname__": getattr(orig, "__qualname__", orig.__name__)})
+    proxy.__wrapped__ = orig
+    return proxy
+
+
+@devices.patch("torch:device", kind="replace", fidelity="exact", covers=("torch.device", "device-string:cuda"),
+               sweep=False,
+               why="torch.device('cuda') is the boundary where CUDA code names its device; on an NPU machine a "
+                   "cuda device object fails in every op it reaches.",
+               what="torch.device(...) builds the real torch.device; a cuda one comes back as npu (same index); "
+                    "isinstance(x, torch.device) keeps working; devices still pickle as torch.device.",
+               remove_when=REMOVE)
+def device(ctx):
+    import copyreg
+    import sys
+
+    orig = ctx.original
+
+    def reduce_device(d):
+        # pickle finds our stand-in at torch.device; unpickling calls it (or, without the shim, the real class)
+        args = (d.type,) if d.index is None else (d.type, d.index)
+        return sys.modules["torch"].device, args
+
+    copyreg.pickle(orig, reduce_device)
+    ctx.on_undo(lambda: copyreg.dispatch_table.pop(orig, None))
+
+    def translate_call(args, kwargs):
+        made = orig(*args, **kwargs)
+        if made.type == "cuda":
+            new = orig("npu", made.index) if made.index is not None else orig("npu")
+            note("torch.device", "device", made, new)
+            return (new,), {}
+        return (made,), {}
+
+    return _proxy_class(orig, translate_call, "device")
+
+
+def _device_kw_call(api):
+    def translate_call(args, kwargs):
+        value = kwargs.get("device")
+        if value is not None:
+            from ascend_shim.devices import translate
+
+            new = translate(value, ints=True)
+            if new is not value:
+                kwargs["device"] = new
+                note(api, "device", value, new)
+        elif args:
+            from ascend_shim.devices import translate
+
+            new = translate(args[0], ints=True)
+            if new is not args[0]:
+                note(api, "device", args[0], new)
+                args = (new,) + tuple(args[1:])
+        return args, kwargs
+    return translate_call
+
+
+for _cls in ("Generator", "Stream", "Event"):
+    def _make(ctx, _cls=_cls):
+        return _proxy_class(ctx.original, _device_kw_call(f"torch.{_cls}"), _cls)
+
+    devices.patch(f"torch:{_cls}", kind="replace", covers=(f"torch.{_cls}",),
+                  why=f"torch.{_cls}(device='cuda') names a CUDA device.",
+                  what=f"torch.{_cls}(...) builds the real class with a cuda device translated to npu.",
+                  remove_when=REMOVE)(_make)
+
+
+# -- factories ------------------------------------------------------------------------------------------------
+FACTORIES = ("arange", "as_tensor", "asarray", "bartlett_window", "blackman_window", "empty", "empty_permuted",
+             "empty_quantized", "empty_strided", "eye", "full", "hamming_window", "hann_window", "kaiser_window",
+             "linspace", "logspace", "nested_tensor", "ones", "rand", "randint", "randn", "randperm", "range",
+             "scalar_tensor", "sparse_bsc_tensor", "sparse_bsr_tensor", "sparse_compressed_tensor",
+             "sparse_coo_tensor", "sparse_csc_tensor", "sparse_csr_tensor", "tensor", "tril_indices",
+             "triu_indices", "zeros", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
+             "randn_like", "randint_like", "frombuffer", "from_file")
+
+for _name in FACTORIES:
+    _target = f"torch.nested:{_name}" if _name == "nested_tensor" else f"torch:{_name}"
+    devices.patch(_target, covers=(f"torch.{_name}",),
+                  why=f"torch.{_name}(..., device='cuda') allocates on CUDA.",
+                  what="the device= keyword is translated (str, torch.device, int index); nothing else is touched.",
+                  remove_when=REMOVE)(
+        lambda ctx, _name=_name: translate_kwargs(ctx.original, f"torch.{_name}", ints=True))
+
+for _name in ("fftfreq", "rfftfreq"):
+    devices.patch(f"torch.fft:{_name}", covers=(f"torch.fft.{_name}",),
+                  why=f"torch.fft.{_name}(..., device='cuda') allocates on CUDA.",
+                  what="the device= keyword is translated.", remove_when=REMOVE)(
+        lambda ctx, _name=_name: translate_kwargs(ctx.original, f"torch.fft.{_name}", ints=True))
+
+
+# -- Tensor -----------------------------------------------------------------------------------------------------
+@devices.patch("torch:Tensor.to", covers=("Tensor.to",),
+               why="x.to('cuda'), x.to(0), x.to(torch.device('cuda')), x.to(other, 'cuda') move data to CUDA.",
+               what="a device given positionally or as device= is translated; dtype-only and tensor-argument "
+                    "calls go straight through (one type check).",
+               remove_when=REMOVE)
+def tensor_to(ctx):
+    from ascend_shim.devices import _TorchDevice, translate
+
+    orig = ctx.original
+
+    @functools.wraps(orig)
+    def to(self, *args, **kwargs):
+        if args:
+            first = args[0]
+            kind = type(first)
+            if kind is str or kind is _TorchDevice or kind is int:
+                new = translate(first, ints=True)
+                if new is not first:
+                    note("Tensor.to", "device", first, new)
+                    args = (new,) + args[1:]
+        if kwargs:
+            value = kwargs.get("device")
+            if value is not None:
+                new = translate(value, ints=True)
+                if new is not value:
+                    kwargs["device"] = new
+                    note("Tensor.to", "device", value, new)
+        return orig(self, *args, **kwargs)
+
+    return to
+
+
+@devices.patch("torch:Tensor.cuda", kind="replace", covers=("Tensor.cuda",),
+               why="x.cuda() moves data to CUDA.",
+               what="x.cuda(device=None, non_blocking=False, memory_format=...) -> x.npu(...) with the index kept.",
+               remove_when=REMOVE)
+def tensor_cuda(ctx):
+    import torch
+
+    from ascend_shim.devices import translate
+
+    def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+        target = translate(device, ints=True) if device is not None else "npu"
+        note("Tensor.cuda", "device", device if device is not None else "cuda", target)
+        return self.to(target, non_blocking=non_blocking, memory_format=memory_format)
+
+    return cuda
+
+
+@devices.patch("torch:Tensor.is_cuda", kind="replace", covers=("Tensor.is_cuda",),
+               why="`if x.is_cuda:` in user code picks the accelerator branch; it is False for npu tensors.",
+               what="user code sees is_cuda True for npu tensors; torch and NPU-native libraries see the real "
+                    "value (caller-aware).",
+               remove_when=REMOVE)
+def tensor_is_cuda(ctx):
+    from ascend_shim.callers import caller_is_native
+
+    real = ctx.original
+
+    def is_cuda(self):
+        if real.__get__(self):
+            return True
+        return self.device.type == "npu" and not caller_is_native(2)
+
+    return property(is_cuda, doc=real.__doc__)
+
+
+for _name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros"):
+    devices.patch(f"torch:Tensor.{_name}", covers=(f"Tensor.{_name}",),
+                  why=f"x.{_name}(..., device='cuda') allocates on CUDA.", what="the device= keyword is translated.",
+                  remove_when=REMOVE)(
+        lambda ctx, _name=_name: translate_kwargs(ctx.original, f"Tensor.{_name}", ints=True))
+
+devices.patch("torch:Tensor.pin_memory", covers=("Tensor.pin_memory",),
+              why="x.pin_memory('cuda') pins for the CUDA device.",
+              what="the (deprecated) device argument is translated.", remove_when=REMOVE)(
+    lambda ctx: translate_arg(ctx.original, "Tensor.pin_memory", 1, ints=False))
+
+
+# -- nn.Module --------------------------------------------------------------------------------------------------
+@devices.patch("torch.nn:Module.cuda", kind="replace", covers=("Module.cuda",),
+               why="model.cuda() moves parameters to CUDA.", what="model.cuda(device=None) -> model.to('npu[:i]').",
+               remove_when=REMOVE)
+def module_cuda(ctx):
+    from ascend_shim.devices import translate
+
+    def cuda(self, device=None):
+        target = translate(device, ints=True) if device is not None else "npu"
+        note("Module.cuda", "device", device if device is not None else "cuda", target)
+        return self.to(target)
+
+    return cuda
+
+
+@devices.patch("torch.nn:Module.to", covers=("Module.to",),
+               why="model.to('cuda') / model.to(0) moves parameters to CUDA.",
+               what="a positional or device= CUDA device is translated.", remove_when=REMOVE)
+def module_to(ctx):
+    return translate_arg(ctx.original, "Module.to", 1, ints=True)
+
+
+@devices.patch("torch.nn:Module.to_empty", covers=("Module.to_empty",),
+               why="model.to_empty(device='cuda') materialises meta modules on CUDA.",
+               what="the device= keyword is translated.", remove_when=REMOVE)
+def module_to_empty(ctx):
+    return translate_kwargs(ctx.original, "Module.to_empty", ints=True)
+
+
+# -- serialization, default device, amp, data -------------------------------------------------------------------
+@devices.patch("torch:load", covers=("torch.load",),
+               why="checkpoints saved on GPUs restore to 'cuda:N'; map_location='cuda' names CUDA.",
+               what="map_location values only (str, device, dict values) are translated, never the file name; "
+                    "with no map_location, storages saved on cuda:N restore to npu:N.",
+               remove_when=REMOVE)
+def load(ctx):
+    import torch.serialization as ser
+
+    from ascend_shim.devices import translate
+
+    orig = ctx.original
+
+    def restore_cuda_on_npu(storage, location):
+        if location.startswith("cuda"):
+            new = translate(location)
+            note("torch.load", "storage location", location, new)
+            return ser.default_restore_location(storage, new)
+        return None
+
+    @functools.wraps(orig)
+    def load_(f, map_location=None, *args, **kwargs):
+        if map_location is None:
+            map_location = restore_cuda_on_npu
+        elif isinstance(map_location, dict):
+            new_map = {k: translate(v) for k, v in map_location.items()}
+            if any(new_map[k] is not v for k, v in map_location.items()):
+                note("torch.load", "map_location", map_location, new_map)
+            map_location = new_map
+        elif not callable(map_location):
+            new = translate(map_location)
+            if new is not map_location:
+                note("torch.load", "map_location", map_location, new)
+            map_location = new
+        return orig(f, map_location, *args, **kwargs)
+
+    return load_
+
+
+devices.patch("torch:set_default_device", covers=("torch.set_default_device",),
+              why="torch.set_default_device('cuda') makes every factory allocate on CUDA.",
+              what="the device argument is translated.", remove_when=REMOVE)(
+    lambda ctx: translate_arg(ctx.original, "torch.set_default_device", 0, ints=True))
+
+
+@devices.patch("torch.amp.autocast_mode:autocast.__init__", covers=("torch.autocast", "torch.cuda.amp.autocast"),
+               why="torch.autocast('cuda') / torch.cuda.amp.autocast() enable CUDA autocast, which does nothing "
+                   "to npu tensors: mixed precision silently off.",
+               what="device_type 'cuda' -> 'npu' (torch.cuda.amp.autocast passes 'cuda' and is covered too).",
+               remove_when=REMOVE)
+def autocast_init(ctx):
+    return translate_arg(ctx.original, "torch.autocast", 1, name="device_type", ints=False)
+
+
+for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype"):
+    devices.patch(f"torch:{_name}", covers=(f"torch.{_name}",),
+                  why=f"torch.{_name}('cuda', ...) asks about CUDA autocast.",
+                  what="device_type 'cuda' -> 'npu'.", remove_when=REMOVE)(
+        lambda ctx, _name=_name: translate_arg(ctx.original, f"torch.{_name}", 0, name="device_type", ints=False))
+
+
+@devices.patch("torch.amp.grad_scaler:GradScaler.__init__",
+               covers=("torch.amp.GradScaler", "torch.cuda.amp.GradScaler"),
+               why="GradScaler('cuda') (the default device) disables itself when CUDA is unavailable: fp16 loss "
+                   "scaling silently off.",
+               what="device 'cuda' (given or defaulted) -> 'npu', so loss scaling really happens on the NPU.",
+               remove_when=REMOVE)
+def grad_scaler_init(ctx):
+    return translate_arg(ctx.original, "GradScaler", 1, ints=False, default="cuda")
+
+
+@devices.patch("torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler.__init__",
+               covers=("ShardedGradScaler",),
+               why="FSDP's ShardedGradScaler defaults to device 'cuda'.", what="device 'cuda' -> 'npu'.",
+               remove_when=REMOVE)
+def sharded_grad_scaler_init(ctx):
+    return translate_arg(ctx.original, "ShardedGradScaler", 1, ints=False, default="cuda")
+
+
+@devices.patch("torch.utils.data.dataloader:DataLoader.__init__", covers=("DataLoader.pin_memory_device",),
+               why="DataLoader(pin_memory_device='cuda') pins for CUDA.",
+               what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE)
+def dataloader_init(ctx):
+    return translate_kwargs(ctx.original, "DataLoader", names=("pin_memory_device",))
+
+
+PATCH_SETS = [devices]

@@ -1,0 +1,254 @@
+"""torch.distributed on the NPU: nccl -> hccl, cuda device meshes and DDP/FSDP devices -> npu, AVG on HCCL.
+
+Backend names are translated as values: ``"nccl"`` and the ``"cpu:gloo,cuda:nccl"`` form; an ``init_method``
+URL or a file path that contains "nccl" is never touched.
+"""
+from __future__ import annotations
+
+import functools
+
+from ascend_shim.registry import PatchSet
+
+from ._wrappers import note, translate_arg
+
+REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
+dist = PatchSet(
+    id="torch_distributed", title="torch.distributed: nccl -> hccl, cuda meshes/devices -> npu",
+    requires={"torch": ">=2.4,<2.15"}, checked_against="torch 2.13.0 (CPU build) with the sim hccl backend",
+)
+
+
+def _backend_wrapper(orig, api, position):
+    from ascend_shim.devices import translate, translate_backend
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        if len(args) > position:
+            value = args[position]
+            new = translate_backend(value)
+            if new is not value and new != value:
+                note(api, "backend", value, new)
+                args = args[:position] + (new,) + args[position + 1:]
+        elif kwargs.get("backend") is not None:
+            value = kwargs["backend"]
+            new = translate_backend(value)
+            if new != value:
+                note(api, "backend", value, new)
+                kwargs["backend"] = new
+        device_id = kwargs.get("device_id")
+        if device_id is not None:
+            new = translate(device_id, ints=False)
+            if new is not device_id:
+                note(api, "device_id", device_id, new)
+                kwargs["device_id"] = new
+        return orig(*args, **kwargs)
+
+    return wrapper
+
+
+@dist.patch("torch.distributed:init_process_group", covers=("nccl", "torch.distributed.init_process_group"),
+            why="init_process_group('nccl') fails on an NPU machine (no NCCL); device_id=cuda:N names CUDA.",
+            what="backend 'nccl' -> 'hccl', 'cpu:gloo,cuda:nccl' -> 'cpu:gloo,npu:hccl', device_id cuda -> npu; "
+                 "init_method and other strings untouched.",
+            remove_when=REMOVE)
+def init_process_group(ctx):
+    return _backend_wrapper(ctx.original, "torch.distributed.init_process_group", 0)
+
+
+@dist.patch("torch.distributed:new_group", covers=("torch.distributed.new_group",),
+            why="new_group(backend='nccl') names NCCL.", what="backend 'nccl' -> 'hccl'.", remove_when=REMOVE)
+def new_group(ctx):
+    return _backend_wrapper(ctx.original, "torch.distributed.new_group", 2)
+
+
+@dist.patch("torch.distributed:new_subgroups", covers=("torch.distributed.new_subgroups",),
+            why="new_subgroups(backend='nccl') names NCCL.", what="backend 'nccl' -> 'hccl'.", remove_when=REMOVE)
+def new_subgroups(ctx):
+    return _backend_wrapper(ctx.original, "torch.distributed.new_subgroups", 3)
+
+
+@dist.patch("torch.distributed:is_nccl_available", kind="wrap", covers=("torch.distributed.is_nccl_available",),
+            why="user code checks for NCCL before choosing the GPU path.",
+            what="caller-aware: user code gets is_hccl_available(); torch and native libraries the real answer.",
+            remove_when=REMOVE)
+def is_nccl_available(ctx):
+    import torch.distributed as d
+
+    from ascend_shim.callers import caller_is_native
+
+    real = ctx.original
+
+    @functools.wraps(real)
+    def is_nccl_available():
+        if caller_is_native(2):
+            return real()
+        return bool(getattr(d, "is_hccl_available", lambda: False)())
+
+    return is_nccl_available
+
+
+@dist.patch("torch.distributed:get_backend", kind="wrap", covers=("torch.distributed.get_backend",),
+            why="user code compares get_backend() with 'nccl' and takes a CPU/gloo branch otherwise.",
+            what="caller-aware: user code sees 'nccl' where the backend is hccl (reported); torch and native "
+                 "libraries see 'hccl'.",
+            remove_when=REMOVE)
+def get_backend(ctx):
+    from ascend_shim.callers import caller_is_native
+
+    real, report = ctx.original, ctx.report
+
+    @functools.wraps(real)
+    def get_backend(*args, **kwargs):
+        backend = real(*args, **kwargs)
+        if backend == "hccl" and not caller_is_native(2):
+            report.translated("torch.distributed.get_backend", "'hccl' answered as 'nccl' to user code")
+            return "nccl"
+        return backend
+
+    return get_backend
+
+
+@dist.patch("torch.distributed.device_mesh:init_device_mesh", covers=("torch.distributed.init_device_mesh",),
+            why="init_device_mesh('cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
+            remove_when=REMOVE)
+def init_device_mesh(ctx):
+    return translate_arg(ctx.original, "init_device_mesh", 0, name="device_type", ints=False)
+
+
+@dist.patch("torch.distributed.device_mesh:DeviceMesh.__init__", covers=("DeviceMesh",),
+            why="DeviceMesh(device_type='cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
+            remove_when=REMOVE)
+def device_mesh_init(ctx):
+    return translate_arg(ctx.original, "DeviceMesh", 1, name="device_type", ints=False)
+
+
+@dist.patch("torch.nn.parallel:DistributedDataParallel.__init__", covers=("DistributedDataParallel",),
+            why="DDP(device_ids=['cuda:0'], output_device='cuda:0') names CUDA devices.",
+            what="each device_ids entry and output_device are translated (ints stay indices of the NPU).",
+            remove_when=REMOVE)
+def ddp_init(ctx):
+    from ascend_shim.devices import translate
+
+    orig = ctx.original
+
+    @functools.wraps(orig)
+    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        if device_ids is not None:
+            new_ids = type(device_ids)(translate(d) for d in device_ids)
+            if any(a is not b for a, b in zip(new_ids, device_ids)):
+                note("DistributedDataParallel", "device_ids", device_ids, new_ids)
+            device_ids = new_ids
+        if output_device is not None:
+            new = translate(output_device)
+            if new is not output_device:
+                note("DistributedDataParallel", "output_device", output_device, new)
+            output_device = new
+        return orig(self, module, device_ids, output_device, *args, **kwargs)
+
+    return __init__
+
+
+@dist.patch("torch.distributed.fsdp:FullyShardedDataParallel.__init__", covers=("FullyShardedDataParallel",),
+            why="FSDP(device_id=torch.device('cuda', i) or 'cuda:i') names CUDA.",
+            what="device_id is translated.", remove_when=REMOVE)
+def fsdp_init(ctx):
+    from ._wrappers import translate_kwargs
+
+    return translate_kwargs(ctx.original, "FullyShardedDataParallel", names=("device_id",))
+
+
+def _avg_fallback(orig, api, tensor_pos, op_pos, report):
+    """HCCL rejects ReduceOp.AVG: run SUM and divide by the group size (exact for floating tensors)."""
+    import torch.distributed as d
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        op = args[op_pos] if len(args) > op_pos else kwargs.get("op")
+        if op != d.ReduceOp.AVG:
+            return orig(*args, **kwargs)
+        group = args[op_pos + 1] if len(args) > op_pos + 1 else kwargs.get("group")
+        if d.get_backend(group) != "hccl":
+            return orig(*args, **kwargs)
+        report.fallback(api, "ReduceOp.AVG on hccl -> SUM / world size")
+        if len(args) > op_pos:
+            args = args[:op_pos] + (d.ReduceOp.SUM,) + args[op_pos + 1:]
+        else:
+            kwargs["op"] = d.ReduceOp.SUM
+        out = args[tensor_pos]
+        size = d.get_world_size(group)
+        work = orig(*args, **kwargs)
+        if work is None:
+            out.div_(size)
+            return None
+        return _DividingWork(work, out, size)
+
+    return wrapper
+
+
+class _DividingWork:
+    """An async work handle whose completion divides the summed result (the AVG fallback)."""
+
+    def __init__(self, work, tensor, size):
+        self._work, self._tensor, self._size, self._done = work, tensor, size, False
+
+    def wait(self, *args, **kwargs):
+        result = self._work.wait(*args, **kwargs)
+        if not self._done:
+            self._tensor.div_(self._size)
+            self._done = True
+        return result
+
+    def get_future(self):
+        return self._work.get_future().then(lambda fut: (self.wait(), [self._tensor])[1])
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+@dist.patch("torch.distributed:all_reduce", fidelity="fallback", covers=("ReduceOp.AVG",),
+            why="HCCL rejects ReduceOp.AVG ('Cannot use ReduceOp.AVG with HCCL'); nanochat and others use it.",
+            what="on hccl, all_reduce(op=AVG) runs SUM then divides by the group size (reported).",
+            remove_when="HCCL accepts ReduceOp.AVG")
+def all_reduce(ctx):
+    return _avg_fallback(ctx.original, "torch.distributed.all_reduce", 0, 1, ctx.report)
+
+
+@dist.patch("torch.distributed:reduce_scatter_tensor", fidelity="fallback", covers=("ReduceOp.AVG",),
+            why="HCCL rejects ReduceOp.AVG in reduce-scatter too.",
+            what="on hccl, reduce_scatter_tensor(op=AVG) runs SUM then divides the output by the group size.",
+            remove_when="HCCL accepts ReduceOp.AVG")
+def reduce_scatter_tensor(ctx):
+    return _avg_fallback(ctx.original, "torch.distributed.reduce_scatter_tensor", 0, 2, ctx.report)
+
+
+# -- environment ---------------------------------------------------------------------------------------------
+ENV = {
+    "CUDA_VISIBLE_DEVICES": "ASCEND_RT_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF",
+    "CUDA_LAUNCH_BLOCKING": "ASCEND_LAUNCH_BLOCKING",
+    "NCCL_SOCKET_IFNAME": "HCCL_SOCKET_IFNAME",
+}
+environment = PatchSet(id="environment", title="CUDA/NCCL environment variables -> Ascend/HCCL counterparts")
+
+
+def _env_factory(cuda_var, npu_var):
+    import os
+
+    def factory(ctx):
+        value = os.environ.get(cuda_var)
+        if value is None or os.environ.get(npu_var) is not None:
+            return None  # nothing to translate, or the user set the NPU variable: it wins
+        ctx.set_env(npu_var, value, f"{npu_var} set from {cuda_var}={value!r}")
+        return None
+
+    return factory
+
+
+for _cuda_var, _npu_var in ENV.items():
+    environment.patch(f"env:{_cuda_var}", kind="env", covers=(f"env:{_cuda_var}",),
+                      why=f"{_cuda_var} configures CUDA; the NPU runtime reads {_npu_var}.",
+                      what=f"{_npu_var} is set from {_cuda_var} when it is unset (before torch_npu starts).",
+                      remove_when=REMOVE, id=f"environment.{_cuda_var}")(_env_factory(_cuda_var, _npu_var))
+
+PATCH_SETS = [dist, environment]

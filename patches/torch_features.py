@@ -1,0 +1,154 @@
+"""CUDA features with no NPU path: torch.compile's backend, Triton kernels, fp8 GEMMs, cuDNN/TF32 flags.
+
+Nothing is silently ignored: each is translated to its NPU counterpart, given an exact fallback that the
+report records, or stopped with an error that names the feature, the patch and what to do.
+"""
+from __future__ import annotations
+
+import functools
+
+from ascend_shim.registry import PatchSet
+
+REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
+features = PatchSet(
+    id="torch_features", title="torch.compile backend, Triton, fp8, cuDNN/TF32 flags on the NPU",
+    requires={"torch": ">=2.4,<2.15"}, checked_against="torch 2.13.0 (CPU build) with the sim backend",
+)
+
+
+@features.patch("torch:compile", fidelity="fallback", covers=("torch.compile",),
+                why="inductor's default GPU code generation needs CUDA (or triton-ascend, with mixed results); "
+                    "torch.compile(model) would fail at the first call.",
+                what="a request for inductor compiles with ASCEND_SHIM_COMPILE_BACKEND (default 'eager': dynamo "
+                     "capture, eager kernels) or, with 'none', returns the function uncompiled; inductor-only "
+                     "mode/options are reported as not applicable. Other backends are left alone.",
+                remove_when="inductor generates NPU code reliably (triton-ascend)")
+def compile_(ctx):
+    orig, report = ctx.original, ctx.report
+    backend_choice = ctx.config.compile_backend
+
+    @functools.wraps(orig)
+    def compile(model=None, *args, **kwargs):
+        backend = kwargs.get("backend", "inductor")
+        if backend != "inductor" or backend_choice == "inductor":
+            return orig(model, *args, **kwargs)
+        dropped = {k: kwargs.pop(k) for k in ("mode", "options") if kwargs.get(k) is not None}
+        detail = f"backend inductor -> {backend_choice}"
+        if dropped:
+            detail += f" ({', '.join(f'{k}={v!r}' for k, v in dropped.items())} apply to inductor only)"
+        report.fallback("torch.compile", detail)
+        if backend_choice == "none":
+            if model is None:
+                return lambda fn: fn
+            return model
+        kwargs["backend"] = backend_choice
+        return orig(model, *args, **kwargs)
+
+    return compile
+
+
+@features.patch("torch:_scaled_mm", kind="replace", fidelity="unsupported", covers=("fp8", "torch._scaled_mm"),
+                why="fp8 GEMMs (torch._scaled_mm with float8 inputs) have no equivalent on Atlas A2/A3 NPUs.",
+                what="raises UnsupportedOnNPUError naming fp8, unless a project patch set turns the feature off "
+                     "first (e.g. nanochat --fp8).",
+                remove_when="an NPU supports fp8 matmuls")
+def scaled_mm(ctx):
+    from ascend_shim.errors import UnsupportedOnNPUError
+
+    report, pid = ctx.report, ctx.patch.id
+
+    def _scaled_mm(*args, **kwargs):
+        report.unsupported("torch._scaled_mm", "fp8 matmul")
+        raise UnsupportedOnNPUError("fp8 matmul (torch._scaled_mm)", pid,
+                                    "Run in bf16 (turn the fp8 option of your code off).")
+
+    return _scaled_mm
+
+
+@features.patch("triton.runtime.jit:JITFunction.run", fidelity="unsupported", covers=("triton.jit",),
+                why="a user @triton.jit kernel is compiled for CUDA GPUs; on an NPU it needs triton-ascend and "
+                    "usually a rewrite.",
+                what="launching a Triton kernel raises UnsupportedOnNPUError naming the kernel, instead of a "
+                     "driver error.",
+                remove_when="triton-ascend runs unmodified CUDA Triton kernels")
+def triton_run(ctx):
+    from ascend_shim.errors import UnsupportedOnNPUError
+
+    report, pid = ctx.report, ctx.patch.id
+
+    def run(self, *args, **kwargs):
+        name = getattr(getattr(self, "fn", None), "__qualname__", repr(self))
+        report.unsupported("triton kernel launch", name)
+        raise UnsupportedOnNPUError(f"Triton kernel {name}", pid,
+                                    "Use a PyTorch implementation of this kernel, or port it to triton-ascend.")
+
+    return run
+
+
+class _MatmulFlags:
+    """``torch.backends.cuda.matmul`` whose TF32 switch also drives the NPU's HF32 switch."""
+
+    def __init__(self, real, report):
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "_report", report)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._real, name, value)
+        if name == "allow_tf32":
+            import torch
+
+            torch.npu.matmul.allow_hf32 = bool(value)
+            self._report.translated("torch.backends.cuda.matmul.allow_tf32",
+                                    f"torch.npu.matmul.allow_hf32 = {bool(value)}")
+
+
+@features.patch("torch.backends.cuda:matmul", kind="replace", covers=("torch.backends.cuda.matmul.allow_tf32",),
+                why="allow_tf32 trades matmul precision for speed on CUDA; the NPU's switch is HF32.",
+                what="setting allow_tf32 also sets torch.npu.matmul.allow_hf32 (reported); other attributes pass "
+                     "through.",
+                remove_when=REMOVE)
+def matmul_flags(ctx):
+    return _MatmulFlags(ctx.original, ctx.report)
+
+
+@features.patch("torch.backends.cudnn:allow_tf32", kind="call", covers=("torch.backends.cudnn",),
+                why="cuDNN flags (allow_tf32, benchmark, deterministic) have no cuDNN to act on on the NPU.",
+                what="allow_tf32 drives torch.npu.conv.allow_hf32; benchmark and deterministic are recorded as "
+                     "having no NPU effect (deterministic: use torch.use_deterministic_algorithms).",
+                remove_when=REMOVE)
+def cudnn_flags(ctx):
+    import sys
+
+    import torch
+
+    module = sys.modules["torch.backends.cudnn"]
+    cls = type(module)
+    report = ctx.report
+    originals = {}
+    for name in ("allow_tf32", "benchmark", "deterministic"):
+        prop = cls.__dict__.get(name)
+        if not isinstance(prop, property) or prop.fset is None:
+            continue
+        originals[name] = prop
+
+        def setter(self, value, _name=name, _prop=prop):
+            _prop.fset(self, value)
+            if _name == "allow_tf32":
+                torch.npu.conv.allow_hf32 = bool(value)
+                report.translated("torch.backends.cudnn.allow_tf32", f"torch.npu.conv.allow_hf32 = {bool(value)}")
+            else:
+                report.fallback(f"torch.backends.cudnn.{_name}", f"= {value!r}: no cuDNN on the NPU, no effect")
+
+        setattr(cls, name, property(prop.fget, setter, prop.fdel, prop.__doc__))
+
+    def undo():
+        for name, prop in originals.items():
+            setattr(cls, name, prop)
+
+    return undo
+
+
+PATCH_SETS = [features]
