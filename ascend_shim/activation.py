@@ -83,9 +83,10 @@ def _patch_selected(p: Patch, s: PatchSet, config: Config) -> str:
 
 
 def _fail(config: Config, message: str) -> None:
+    """A skip: an error under strict mode, otherwise logged (the exit summary lists every skip)."""
     if config.strict:
         raise StrictModeError(message + " (ASCEND_SHIM_STRICT=1 turns this skip into an error)")
-    log.warning("%s", message)
+    log.info("%s", message)
 
 
 # -- applying -----------------------------------------------------------------------------------------------

@@ -212,9 +212,12 @@ def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) 
     for ident, info in sorted(sets.items()):
         if info.get("status") == "skipped":
             lines.append(f"    set {ident} skipped: {info.get('reason')}")
-    for ident, info in sorted(patches.items()):
-        if info.get("status") in ("skipped", "failed"):
-            lines.append(f"    patch {ident} {info['status']}: {info.get('reason')}")
+    problems = [(i, v) for i, v in sorted(patches.items(), key=lambda kv: kv[1].get("status") != "failed")
+                if v.get("status") in ("skipped", "failed")]
+    for ident, info in problems[:limit]:
+        lines.append(f"    patch {ident} {info['status']}: {info.get('reason')}")
+    if len(problems) > limit:
+        lines.append(f"    ... {len(problems) - limit} more skipped (`ascend-shim report FILE` or the JSON)")
     aliases = sum(len(v.get("aliases", [])) for v in patches.values())
     if aliases:
         lines.append(f"  late aliases rebound (`from x import y` copies): {aliases}")

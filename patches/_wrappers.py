@@ -18,7 +18,11 @@ def _detail(name: str, old, new) -> str:
 
 def note(api: str, name: str, old, new) -> None:
     """Record one translation at the user's call site."""
-    REPORT.translated(api, _detail(name, old, new))
+    try:
+        detail = _detail(name, old, new)
+    except TypeError:  # unhashable (a map_location dict)
+        detail = _detail.__wrapped__(name, old, new)
+    REPORT.translated(api, detail)
 
 
 def translate_kwargs(orig, api: str, names=("device",), ints: bool = False):

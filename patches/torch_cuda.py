@@ -227,7 +227,10 @@ def nvtx(ctx):
 
     import torch
 
-    mstx = getattr(torch.npu, "mstx", None)
+    try:
+        mstx = torch.npu.mstx
+    except Exception:  # absent, or "not emulated" on the sim backend
+        mstx = None
     report = ctx.report
     shim = types.ModuleType("torch.cuda.nvtx", "NVTX calls routed to mstx or recorded (ascend_shim)")
     depth = []

@@ -120,19 +120,29 @@ FACTORIES = ("arange", "as_tensor", "asarray", "bartlett_window", "blackman_wind
              "triu_indices", "zeros", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
              "randn_like", "randint_like", "frombuffer", "from_file")
 
+
+def _factory_wrapper(ctx, name, api):
+    # ``with torch.device(...)`` recognises factories by identity in this cached set: fill it with the
+    # originals before any wrapper replaces them
+    import torch.utils._device
+
+    torch.utils._device._device_constructors()
+    return translate_kwargs(ctx.original, api, ints=True)
+
+
 for _name in FACTORIES:
     _target = f"torch.nested:{_name}" if _name == "nested_tensor" else f"torch:{_name}"
     devices.patch(_target, covers=(f"torch.{_name}",),
                   why=f"torch.{_name}(..., device='cuda') allocates on CUDA.",
                   what="the device= keyword is translated (str, torch.device, int index); nothing else is touched.",
                   remove_when=REMOVE)(
-        lambda ctx, _name=_name: translate_kwargs(ctx.original, f"torch.{_name}", ints=True))
+        lambda ctx, _name=_name: _factory_wrapper(ctx, _name, f"torch.{_name}"))
 
 for _name in ("fftfreq", "rfftfreq"):
     devices.patch(f"torch.fft:{_name}", covers=(f"torch.fft.{_name}",),
                   why=f"torch.fft.{_name}(..., device='cuda') allocates on CUDA.",
                   what="the device= keyword is translated.", remove_when=REMOVE)(
-        lambda ctx, _name=_name: translate_kwargs(ctx.original, f"torch.fft.{_name}", ints=True))
+        lambda ctx, _name=_name: _factory_wrapper(ctx, _name, f"torch.fft.{_name}"))
 
 
 # -- Tensor -----------------------------------------------------------------------------------------------------
