@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import runpy
@@ -67,15 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="print the merged report as JSON")
     rep.add_argument("--limit", type=int, default=12, help="call sites shown per category")
 
-    for name, module in (("doctor", "doctor"), ("scan", "scan")):
-        extra = sub.add_parser(name, help=f"see `ascend-shim {name} --help`", add_help=False)
-        extra.add_argument("args", nargs=argparse.REMAINDER)
-        extra.set_defaults(delegate=module)
+    sub.add_parser("doctor", help="environment checks before booking NPU time (see `doctor --help`)",
+                   add_help=False)
+    sub.add_parser("scan", help="static finder of CUDA-specific code (see `scan --help`)", add_help=False)
     return parser
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("doctor", "scan"):  # their own parsers take every option
+        module = importlib.import_module(f"ascend_shim.{argv[0]}")
+        try:
+            return module.main(argv[1:])
+        except ConfigError as exc:
+            print(f"ascend-shim: error: {exc}", file=sys.stderr)
+            return 2
     parser = build_parser()
     target: list[str] = []
     if argv and argv[0] == "run":
@@ -88,10 +95,7 @@ def main(argv=None) -> int:
             return _cmd_run(ns, parser)
         if ns.command == "list":
             return _cmd_list(ns)
-        if ns.command == "report":
-            return _cmd_report(ns)
-        module = __import__(f"ascend_shim.{ns.delegate}", fromlist=["main"])
-        return module.main(ns.args)
+        return _cmd_report(ns)
     except ConfigError as exc:
         print(f"ascend-shim: error: {exc}", file=sys.stderr)
         return 2

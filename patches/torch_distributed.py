@@ -161,13 +161,17 @@ def _avg_fallback(orig, api, tensor_pos, op_pos, report):
     """HCCL rejects ReduceOp.AVG: run SUM and divide by the group size (exact for floating tensors)."""
     import torch.distributed as d
 
+    from ascend_shim.callers import native_scope
+
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         op = args[op_pos] if len(args) > op_pos else kwargs.get("op")
         if op != d.ReduceOp.AVG:
             return orig(*args, **kwargs)
         group = args[op_pos + 1] if len(args) > op_pos + 1 else kwargs.get("group")
-        if d.get_backend(group) != "hccl":
+        with native_scope():  # the real backend name, not the one user code is shown
+            backend = d.get_backend(group)
+        if backend != "hccl":
             return orig(*args, **kwargs)
         report.fallback(api, "ReduceOp.AVG on hccl -> SUM / world size")
         if len(args) > op_pos:

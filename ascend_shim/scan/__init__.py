@@ -1,0 +1,181 @@
+"""``ascend-shim scan PATH``: find the CUDA-specific code of a repository, and say what the shim covers.
+
+A static scan (``ast``, nothing is imported or run) of every ``.py`` file under PATH (``.git``, ``venv``,
+``.venv``, ``site-packages``, ``build``, ``__pycache__``, ``node_modules`` and ``.tox`` are skipped; files that
+do not parse are reported and skipped). Each finding is ``path:line:col`` (1-based column), a category, a
+**symbol**, and a coverage verdict computed from the declared patch metadata of the registered patch sets
+(``Patch.covers``, ``Patch.target``, ``Patch.fidelity``) -- never from a list kept here:
+
+``covered``      a selected patch covers it with fidelity ``exact``
+``fallback``     ... with fidelity ``fallback`` (works, slower or approximated; recorded at run time)
+``neutral``      ... with fidelity ``neutral`` (a documented neutral value)
+``unsupported``  a patch declares it unsupported, or no patch covers a CUDA feature with no NPU equivalent
+``not covered``  no patch declares anything about it
+
+The symbol naming scheme -- what ``Patch.covers`` entries should say -- and the matching rules are defined in
+one place, :mod:`ascend_shim.scan.symbols` (use :func:`symbol_for` there). Categories: see
+:data:`ascend_shim.scan.symbols.CATEGORIES`.
+
+Usage::
+
+    python -m ascend_shim scan PATH [PATH ...] [--json | --csv] [--only-unsupported] [--patch-modules m1,m2]
+
+The patch sets considered are those ``activate()`` would select (``ASCEND_SHIM_DISABLE`` / ``_ONLY`` /
+``_ENABLE`` / ``_PATCH_MODULES`` and ``--backend`` apply); installed versions are not checked, since the
+repository's dependencies need not be installed where it is scanned (``doctor`` checks versions).
+Exit code: 1 when anything ``unsupported`` was found, 0 otherwise, 2 on usage errors.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Iterable
+
+from .symbols import CATEGORIES, KNOWN_UNSUPPORTED, VERDICTS, symbol_for, target_symbol
+
+SKIP_DIRS = frozenset({".git", "venv", ".venv", "site-packages", "build", "__pycache__", "node_modules", ".tox",
+                       ".eggs", ".mypy_cache", ".pytest_cache"})
+
+
+@dataclasses.dataclass
+class Finding:
+    path: str
+    line: int
+    col: int
+    category: str
+    symbol: str
+    verdict: str
+    patches: tuple[str, ...] = ()
+    text: str = ""
+    reason: str = ""
+    keys: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "line": self.line, "col": self.col, "category": self.category,
+                "symbol": self.symbol, "verdict": self.verdict, "patches": list(self.patches), "text": self.text,
+                "reason": self.reason, "keys": list(self.keys)}
+
+
+@dataclasses.dataclass
+class ScanResult:
+    root: str
+    findings: list[Finding]
+    errors: list[tuple[str, str]]        # (path, message) of files that could not be read or parsed
+    files_scanned: int
+    patch_sets: list[str]                # ids of the patch sets whose patches were considered
+
+    @property
+    def unsupported(self) -> list[Finding]:
+        return [f for f in self.findings if f.verdict == "unsupported"]
+
+
+def iter_python_files(path: str):
+    if os.path.isfile(path):
+        yield path
+        return
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield os.path.join(dirpath, name)
+
+
+def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str | None = None) -> ScanResult:
+    """Scan files/directories. ``patch_sets`` (a list of :class:`~ascend_shim.registry.PatchSet`) replaces the
+    registered sets -- tests and tools pass their own; ``config`` selects among them as ``activate`` would."""
+    from .coverage import index_for
+    from .visitor import scan_source
+
+    paths = list(paths)
+    if patch_sets is None:
+        from ..config import Config
+        from ..registry import all_patch_sets
+
+        config = config or Config.from_env()
+        patch_sets, _ = all_patch_sets(config.patch_modules)
+        from ..activation import _validate_ids
+
+        _validate_ids(config, patch_sets)
+    elif config is None:
+        from ..config import Config
+
+        config = Config()
+    index = index_for(patch_sets, config, backend)
+    selected_sets = sorted({p.set_id for p in index.patches if p.set_id})
+    root = os.path.abspath(paths[0]) if len(paths) == 1 else os.path.commonpath([os.path.abspath(p) for p in paths])
+    base = root if os.path.isdir(root) else os.path.dirname(root)
+    findings, errors, count = [], [], 0
+    for top in paths:
+        for file in iter_python_files(top):
+            count += 1
+            rel = os.path.relpath(os.path.abspath(file), base)
+            try:
+                with open(file, "rb") as fh:
+                    raw = scan_source(fh.read(), rel)
+            except (SyntaxError, ValueError, UnicodeDecodeError, OSError, RecursionError, MemoryError) as exc:
+                line = getattr(exc, "lineno", None)
+                msg = f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}" + (f" (line {line})" if line else "")
+                errors.append((rel, msg))
+                continue
+            for r in raw:
+                v = index.verdict(r.keys)
+                findings.append(Finding(rel, r.line, r.col, r.category, r.symbol, v.verdict, v.patches, r.text,
+                                        v.reason, r.keys))
+    findings.sort(key=lambda f: (f.path, f.line, f.col, f.symbol))
+    return ScanResult(root, findings, errors, count, selected_sets)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ascend-shim scan", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Static scan of a repository's .py files for CUDA-specific code, with the shim's coverage "
+                    "of each finding (from the patch-set metadata).",
+        epilog="categories:\n" + "\n".join(f"  {c:<14} {d}" for c, d in CATEGORIES.items())
+        + "\n\nexit code: 1 when something unsupported was found, 0 otherwise, 2 on usage errors")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a repository checkout, a folder or a .py file")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="JSON output")
+    fmt.add_argument("--csv", action="store_true", help="CSV output (one row per finding)")
+    p.add_argument("--only-unsupported", action="store_true", help="show only findings judged unsupported")
+    p.add_argument("--patch-modules", help="extra patch-set modules (ASCEND_SHIM_PATCH_MODULES)")
+    p.add_argument("--backend", choices=("npu", "sim"), help="judge coverage for this backend (default npu)")
+    return p
+
+
+def main(argv=None) -> int:
+    from ..config import Config
+    from ..errors import ConfigError
+
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    missing = [p for p in ns.paths if not os.path.exists(p)]
+    if missing:
+        print(f"ascend-shim scan: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        config = Config.from_env(patch_modules=ns.patch_modules)
+        result = scan_paths(ns.paths, config=config, backend=ns.backend)
+    except ConfigError as exc:
+        print(f"ascend-shim scan: error: {exc}", file=sys.stderr)
+        return 2
+    from . import output
+
+    shown = result.unsupported if ns.only_unsupported else result.findings
+    if ns.json:
+        sys.stdout.write(output.to_json(result, shown) + "\n")
+    elif ns.csv:
+        sys.stdout.write(output.to_csv(shown))
+        for path, err in result.errors:
+            print(f"ascend-shim scan: could not parse {path}: {err}", file=sys.stderr)
+    else:
+        sys.stdout.write(output.to_text(result, shown))
+    return 1 if result.unsupported else 0
+
+
+__all__ = ["Finding", "ScanResult", "scan_paths", "main", "symbol_for", "target_symbol", "CATEGORIES",
+           "KNOWN_UNSUPPORTED", "VERDICTS", "SKIP_DIRS"]

@@ -1,0 +1,114 @@
+"""Coverage verdicts from the patch metadata: which declared patch covers a finding, and how well.
+
+Nothing here knows what any particular patch set contains: the verdicts come from ``Patch.covers``,
+``Patch.target`` and ``Patch.fidelity`` of the patch sets given (by default every registered set selected by
+the configuration), matched by the rules documented in :mod:`ascend_shim.scan.symbols`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from typing import Iterable
+
+from ..registry import Patch, PatchSet
+from .symbols import FIDELITY_VERDICT, VERDICTS, known_unsupported, target_symbol
+
+_GLOB_CHARS = set("*?[")
+_FIDELITY_RANK = {"exact": 0, "fallback": 1, "neutral": 2, "unsupported": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    verdict: str                    # one of symbols.VERDICTS
+    patches: tuple[str, ...] = ()   # ids of the deciding patches
+    key: str = ""                   # the finding key that matched
+    reason: str = ""
+
+
+@dataclasses.dataclass
+class _Entry:
+    patch: Patch
+    exact: frozenset[str]
+    globs: tuple[str, ...]
+    module: str | None              # provide-module patches contain everything below their module
+
+
+def _entry(patch: Patch) -> _Entry:
+    exact, globs = set(), []
+    for c in patch.covers:
+        c = c.strip()
+        if not c:
+            continue
+        (globs.append(c) if _GLOB_CHARS & set(c) else exact.add(c))
+    target = target_symbol(patch.target)
+    exact.add(target)
+    module = target if patch.kind == "provide-module" and not target.startswith("env:") else None
+    return _Entry(patch, frozenset(exact), tuple(globs), module)
+
+
+class CoverageIndex:
+    """Answers ``verdict(keys)`` for a fixed list of patches."""
+
+    def __init__(self, patches: Iterable[Patch]):
+        self.patches = list(patches)
+        self._entries = [_entry(p) for p in self.patches]
+
+    def _matches(self, key: str) -> list[Patch]:
+        """The patches matching ``key``: the exact matches if any, else the broad ones (glob / provided module)."""
+        exact = [e.patch for e in self._entries if key in e.exact]
+        if exact:
+            return exact
+        return [e.patch for e in self._entries
+                if any(fnmatch.fnmatchcase(key, g) for g in e.globs)
+                or (e.module is not None and (key == e.module or key.startswith(e.module + ".")))]
+
+    def verdict(self, keys: Iterable[str]) -> Verdict:
+        keys = tuple(keys)
+        for key in keys:
+            patches = self._matches(key)
+            if patches:
+                best = min(_FIDELITY_RANK[p.fidelity] for p in patches)
+                chosen = [p for p in patches if _FIDELITY_RANK[p.fidelity] == best]
+                return Verdict(FIDELITY_VERDICT[chosen[0].fidelity], tuple(sorted(p.id for p in chosen)), key)
+        reason = known_unsupported(keys)
+        if reason:
+            return Verdict("unsupported", (), "", f"no patch covers it; {reason}")
+        return Verdict("not covered")
+
+    def covering(self, symbol: str) -> list[Patch]:
+        """Patches matching one symbol (exact or broad) -- used by ``doctor`` for env vars and modules."""
+        return self._matches(symbol)
+
+
+def selected_patches(sets: Iterable[PatchSet], config=None, backend: str | None = None) -> list[Patch]:
+    """The patches of ``sets`` that the configuration selects for ``backend`` (versions are not checked:
+    a scan judges a repository, possibly on a machine without its dependencies)."""
+    from ..activation import _patch_selected, _set_selection
+    from ..config import Config
+
+    config = config or Config()
+    backend = backend or ("npu" if config.backend == "auto" else config.backend)
+    out = []
+    for s in sets:
+        status, _ = _set_selection(s, config, backend)
+        if status != "active":
+            continue
+        out.extend(p for p in s.patches if not _patch_selected(p, s, config))
+    return out
+
+
+def index_for(sets: Iterable[PatchSet] | None = None, config=None, backend: str | None = None) -> CoverageIndex:
+    """A :class:`CoverageIndex` over ``sets`` (default: every registered patch set, per ``config``)."""
+    from ..config import Config
+    from ..registry import all_patch_sets
+
+    config = config or Config.from_env()
+    if sets is None:
+        from ..activation import _validate_ids
+
+        sets, _errors = all_patch_sets(config.patch_modules)
+        _validate_ids(config, sets)
+    return CoverageIndex(selected_patches(sets, config, backend))
+
+
+__all__ = ["CoverageIndex", "Verdict", "VERDICTS", "index_for", "selected_patches"]
