@@ -7,7 +7,7 @@ imports torch.
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import importlib.machinery
 
 from .errors import ConfigError
 
@@ -16,7 +16,8 @@ def resolve(backend: str) -> str:
     """``auto`` -> ``npu`` when torch_npu is importable; otherwise a clear error, never a CPU fallback."""
     if backend != "auto":
         return backend
-    if importlib.util.find_spec("torch_npu") is not None:
+    # look on sys.path only: the emulator's ``torch_npu`` alias (if the sim was brought up) does not count
+    if importlib.machinery.PathFinder.find_spec("torch_npu") is not None:
         return "npu"
     raise ConfigError(
         "ASCEND_SHIM_BACKEND=auto: torch_npu is not installed, so there is no NPU to run on. Install the "

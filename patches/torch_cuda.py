@@ -70,9 +70,20 @@ LEGACY_TENSORS = {"BFloat16Tensor": "bfloat16", "BoolTensor": "bool", "ByteTenso
 
 
 def _npu(ctx, name):
+    """``torch.npu.<name>``; a name the backend knows but does not implement (the emulator raises
+    NotImplementedError for those) becomes a forwarder that raises that clear error when used."""
     import torch
 
-    return ctx.need(torch.npu, name, "torch.npu")
+    try:
+        return getattr(torch.npu, name)
+    except NotImplementedError:
+        def not_implemented(*args, **kwargs):
+            return getattr(torch.npu, name)  # raises the backend's own explanation
+
+        not_implemented.__name__ = not_implemented.__qualname__ = name
+        return not_implemented
+    except AttributeError:
+        return ctx.need(torch.npu, name, "torch.npu")
 
 
 for _name in ALIASES:
