@@ -17,13 +17,21 @@ NPU = "npu"
 _TorchDevice = type(torch.device("cpu"))  # the real class, even after torch.device is proxied
 
 
-@functools.lru_cache(maxsize=256)
+_str_cache: dict[str, str] = {}  # device strings seen so far -> translation (bounded below)
+
+
 def _translate_str(value: str) -> str:
-    if value == "cuda":
-        return NPU
-    if value.startswith("cuda:") and value[5:].isdigit():
-        return f"{NPU}:{value[5:]}"
-    return value
+    new = _str_cache.get(value)
+    if new is None:
+        if value == "cuda":
+            new = NPU
+        elif value.startswith("cuda:") and value[5:].isdigit():
+            new = f"{NPU}:{value[5:]}"
+        else:
+            return value
+        if len(_str_cache) < 1024:
+            _str_cache[value] = new
+    return new
 
 
 @functools.lru_cache(maxsize=64)
@@ -35,7 +43,7 @@ def translate(value, *, ints: bool = False):
     """The NPU equivalent of a device value, or ``value`` itself when it is not a CUDA device."""
     kind = type(value)
     if kind is str:
-        return _translate_str(value) if value.startswith("cuda") else value
+        return _str_cache.get(value) or (_translate_str(value) if value.startswith("cuda") else value)
     if kind is _TorchDevice:
         return _npu_device(value.index) if value.type == "cuda" else value
     if ints and kind is int:

@@ -61,17 +61,20 @@ class Report:
             }
 
     # -- what patches record while the program runs ----------------------------------------------------------
-    def event(self, category: str, api: str, detail: str = "", *, site: tuple | None = None):
-        """Count one call of ``api`` at the caller's user-code site; ``detail`` says what it became."""
-        if site is None:
-            site = self._call_site()
-        key = (category, api, detail) + site
+    def event(self, category: str, api: str, detail: str = "", *, site: tuple | None = None, frame=None):
+        """Count one call of ``api`` at the caller's user-code site; ``detail`` says what it became.
+
+        ``frame``: where to start looking for the user's frame (hot-path wrappers pass their caller's).
+        The hot path stores (code object, instruction offset); line numbers are worked out when reading.
+        """
+        key = (category, api, detail) + (site if site is not None else
+                                         self._call_site(frame or sys._getframe(1)))
+        slot = self._events.get(key)
+        if slot is None:
+            with self._lock:
+                slot = self._events.setdefault(key, [0])
         with self._lock:
-            slot = self._events.get(key)
-            if slot is None:
-                self._events[key] = [1]
-            else:
-                slot[0] += 1
+            slot[0] += 1
 
     def translated(self, api: str, became: str):
         self.event("translated", api, became)
@@ -93,11 +96,10 @@ class Report:
             if text not in self.notes:
                 self.notes.append(text)
 
-    def _call_site(self) -> tuple[str, int]:
-        """The first frame that is not ascend_shim, a patch module, torch or a stdlib wrapper."""
+    def _call_site(self, frame) -> tuple[str, int]:
+        """The first frame from ``frame`` up that is not ascend_shim, a patch module, torch or a stdlib wrapper."""
         if self._prefixes is None:
             self._prefixes = _internal_prefixes()
-        frame = sys._getframe(1)
         internal = self._internal
         while frame is not None:
             code = frame.f_code
@@ -108,16 +110,24 @@ class Report:
                                         or g.get("__name__", "").startswith("ascend_shim.")
                                         or bool(g.get("__ascend_shim_internal__")))
             if not hit:
-                return code.co_filename, frame.f_lineno
+                return code, frame.f_lasti
             frame = frame.f_back
         return "<unknown>", 0
 
     # -- output ----------------------------------------------------------------------------------------------
     def events(self) -> list[dict]:
+        """Events merged per (category, api, detail, file, line), sorted."""
         with self._lock:
             items = list(self._events.items())
-        out = [{"category": c, "api": a, "detail": d, "file": f, "line": ln, "count": n[0]}
-               for (c, a, d, f, ln), n in items]
+        merged: dict[tuple, int] = {}
+        for (c, a, d, where, pos), n in items:
+            if isinstance(where, str):
+                k = (c, a, d, where, pos)
+            else:
+                k = (c, a, d, where.co_filename, _line_of(where, pos))
+            merged[k] = merged.get(k, 0) + n[0]
+        out = [{"category": c, "api": a, "detail": d, "file": f, "line": ln, "count": n}
+               for (c, a, d, f, ln), n in merged.items()]
         return sorted(out, key=lambda e: (CATEGORIES.index(e["category"]), e["file"], e["line"], e["api"]))
 
     def to_dict(self) -> dict:
@@ -137,6 +147,13 @@ class Report:
         tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
         os.replace(tmp, target)
         return target
+
+
+def _line_of(code, offset: int) -> int:
+    for start, end, line in code.co_lines():
+        if start <= offset < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 def process_rank() -> int | None:

@@ -6,6 +6,7 @@ understood by dynamo). The untranslated path does one keyword lookup and one ``t
 from __future__ import annotations
 
 import functools
+import sys
 
 from ascend_shim.devices import describe, translate
 from ascend_shim.report import REPORT
@@ -17,28 +18,25 @@ def _detail(name: str, old, new) -> str:
 
 
 def note(api: str, name: str, old, new) -> None:
-    """Record one translation at the user's call site."""
+    """Record one translation at the user's call site (the search starts at the wrapper's caller)."""
     try:
         detail = _detail(name, old, new)
     except TypeError:  # unhashable (a map_location dict)
         detail = _detail.__wrapped__(name, old, new)
-    REPORT.translated(api, detail)
+    REPORT.event("translated", api, detail, frame=sys._getframe(2))
 
 
 def translate_kwargs(orig, api: str, names=("device",), ints: bool = False):
     """Wrap ``orig`` so that the keyword arguments ``names`` are translated when they name a CUDA device."""
-    if len(names) == 1:
-        (key,) = names
-
+    if names == ("device",):
         @functools.wraps(orig)
-        def wrapper(*args, **kwargs):
-            value = kwargs.get(key)
-            if value is not None:
-                new = translate(value, ints=ints)
-                if new is not value:
-                    kwargs[key] = new
-                    note(api, key, value, new)
-            return orig(*args, **kwargs)
+        def wrapper(*args, device=None, **kwargs):
+            if device is None:
+                return orig(*args, **kwargs)
+            new = translate(device, ints=ints)
+            if new is not device:
+                note(api, "device", device, new)
+            return orig(*args, device=new, **kwargs)
     else:
         @functools.wraps(orig)
         def wrapper(*args, **kwargs):

@@ -154,13 +154,21 @@ for _name in ("fftfreq", "rfftfreq"):
 def tensor_to(ctx):
     from ascend_shim.devices import _TorchDevice, translate
 
+    def torch_dtype():
+        import torch
+
+        return torch.float32
+
     orig = ctx.original
+    dtype = type(torch_dtype())
 
     @functools.wraps(orig)
     def to(self, *args, **kwargs):
         if args:
             first = args[0]
             kind = type(first)
+            if kind is dtype and not kwargs:  # x.to(torch.float16): the hot path
+                return orig(self, *args)
             if kind is str or kind is _TorchDevice or kind is int:
                 new = translate(first, ints=True)
                 if new is not first:
