@@ -49,6 +49,8 @@ def render(config: Config, fmt: str = "text") -> str:
         return json.dumps(data, indent=1)
     if fmt == "markdown":
         return coverage_table(data)
+    if fmt == "env-markdown":
+        return env_table()
     lines = []
     for s in data:
         req = ", ".join(f"{d} {spec}" for d, spec in s["requires"].items()) or "-"
@@ -66,12 +68,32 @@ def render(config: Config, fmt: str = "text") -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def coverage_table(data: list[dict]) -> str:
-    """The README coverage table: one row per patch."""
-    rows = ["| patch set | patch | target | kind | fidelity | what it does | remove when |",
-            "|---|---|---|---|---|---|---|"]
-    for s in data:
-        for p in s["patches"]:
-            cells = [s["id"], p["id"], f"`{p['target']}`", p["kind"], p["fidelity"], p["what"], p["remove_when"]]
-            rows.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+def env_table() -> str:
+    """The README table of environment toggles, from :data:`ascend_shim.config.ENV_VARS`."""
+    from .config import ENV_VARS
+
+    rows = ["| variable | values | default | what it does |", "|---|---|---|---|"]
+    for v in ENV_VARS:
+        cells = [f"`{v.name}`", v.values, f"`{v.default}`" if v.default else "(empty)", v.doc]
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def coverage_table(data: list[dict]) -> str:
+    """The README coverage table: per patch set, one row per patch (sets folded with <details>)."""
+    out = []
+    for s in data:
+        req = ", ".join(f"{d} {spec}" for d, spec in s["requires"].items()) or "always"
+        out.append(f"<details><summary><b>{s['id']}</b>: {_cell(s['title'])} ({len(s['patches'])} patches; "
+                   f"{_cell(req)})</summary>\n")
+        out.append("| patch | target | kind | fidelity | what it does | remove when |")
+        out.append("|---|---|---|---|---|---|")
+        for p in s["patches"]:
+            cells = [p["id"], f"`{p['target']}`", p["kind"], p["fidelity"], p["what"], p["remove_when"]]
+            out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        out.append("\n</details>\n")
+    return "\n".join(out)

@@ -146,4 +146,4 @@ def test_list_shows_metadata_and_status(tmp_path):
     assert "why:  because" in proc.stdout and "remove when: upstream fixes it" in proc.stdout
     md = run_cli(["list", "--format", "markdown", "--patch-modules", "extra_sets"], cwd=tmp_path,
                  env={"PYTHONPATH": str(tmp_path)})
-    assert "| extra | extra.json.dumps | `json:dumps` | wrap | exact | wraps dumps | upstream fixes it |" in md.stdout
+    assert "| extra.json.dumps | `json:dumps` | wrap | exact | wraps dumps | upstream fixes it |" in md.stdout
