@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -130,6 +131,8 @@ def _cmd_run(ns, parser) -> int:
     if ns.module is None and not ns.target:
         parser.error("run: give a script, -m module, or a program to run")
     config = _config_from(ns)
+    if not config.user_roots:
+        config = dataclasses.replace(config, user_roots=_user_roots(ns))
     env = config.to_env()
     env["ASCEND_SHIM"] = "1"
     env["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
@@ -157,7 +160,20 @@ def _cmd_run(ns, parser) -> int:
             os.execvpe(path, [path] + args, os.environ)
     sys.argv = [path] + args
     sys.path[0] = os.path.dirname(os.path.abspath(path))
-    return _run_main(lambda: runpy.run_path(path, run_name="__main__"))
+    from . import rewrite
+
+    run_path = rewrite.run_path_rewritten if rewrite.is_installed() else runpy.run_path
+    return _run_main(lambda: run_path(path, run_name="__main__"))
+
+
+def _user_roots(ns) -> tuple[str, ...]:
+    """Where the user's code lives: the script's directory, or the current one (plus scripts given to a
+    launcher, e.g. ``-m torch.distributed.run ... train.py``)."""
+    roots = [os.getcwd()] if ns.module else []
+    for arg in ns.target:
+        if arg.endswith(".py") and os.path.isfile(arg):
+            roots.append(os.path.dirname(os.path.abspath(arg)))
+    return tuple(dict.fromkeys(roots)) or (os.getcwd(),)
 
 
 def _is_python_script(path: str) -> bool:

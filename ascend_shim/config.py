@@ -60,6 +60,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Rewrite `x.device.type == \"cuda\"`-style comparisons in the user's own modules so they hold on the NPU."),
     EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package names",
            "Packages (besides the run target's directory tree) whose modules count as the user's code."),
+    EnvVar("ASCEND_SHIM_USER_ROOTS", "user_roots", "", "directories separated by the path separator",
+           "Directory trees holding the user's code (set by `run` to the target's directory; default: the "
+           "current directory). Site-packages and the standard library never count."),
 )
 _BY_FIELD = {v.field: v for v in ENV_VARS}
 
@@ -106,6 +109,7 @@ class Config:
     compile_backend: str = "eager"
     rewrite: bool = True
     user_packages: tuple[str, ...] = ()
+    user_roots: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Config":
@@ -130,6 +134,8 @@ class Config:
             value = getattr(self, var.field)
             if isinstance(value, bool):
                 out[var.name] = "1" if value else "0"
+            elif var.field == "user_roots":
+                out[var.name] = os.pathsep.join(value)
             elif isinstance(value, tuple):
                 out[var.name] = ",".join(value)
             else:
@@ -161,6 +167,9 @@ def _coerce(var: EnvVar, raw):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
             raise ConfigError(f"{name}={raw!r} is not a backend name; e.g. eager, aot_eager, inductor, none")
         return value
+    if var.field == "user_roots":
+        items = raw.split(os.pathsep) if isinstance(raw, str) else list(raw)
+        return tuple(os.path.abspath(p) for p in items if p)
     if var.field in ("patch_modules", "user_packages"):
         return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"))
     if var.field in ("disable", "only", "enable"):

@@ -71,7 +71,7 @@ class Patch:
     @property
     def module(self) -> str | None:
         """The module whose import triggers this patch (None: applied at activation)."""
-        if self.target.startswith("env:"):
+        if self.target.startswith(("env:", "process:")):
             return None
         if self.kind == "provide-module":
             return None

@@ -203,7 +203,7 @@ def tensor_cuda(ctx):
     return cuda
 
 
-@devices.patch("torch:Tensor.is_cuda", kind="replace", covers=("Tensor.is_cuda",),
+@devices.patch("torch:Tensor.is_cuda", kind="replace", covers=("Tensor.is_cuda", "device-compare:is_cuda"),
                why="`if x.is_cuda:` in user code picks the accelerator branch; it is False for npu tensors.",
                what="user code sees is_cuda True for npu tensors; torch and NPU-native libraries see the real "
                     "value (caller-aware).",

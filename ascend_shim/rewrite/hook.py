@@ -1,0 +1,337 @@
+"""Load-time application of the rewrite to the user's modules, and to the main script.
+
+``install(roots, packages)`` puts a meta-path finder in front of the others. For each import it asks the
+finders behind it for the spec (so editable installs and other custom finders keep working) and, when the
+module is the user's, swaps its ``SourceFileLoader`` for :class:`RewritingLoader` (a subclass: resources,
+``get_source``, ``runpy`` and ``pkgutil`` behave the same). A module is the user's when
+
+* its source file lies under one of ``roots`` (symlinks resolved), and not under the standard library, a
+  ``site-packages`` / ``dist-packages`` directory, ascend_shim or torch; or
+* its name is one of ``packages`` or inside one (``pkg`` and ``pkg.sub.mod``), wherever the package is
+  installed, site-packages included (naming it is the user's statement that it is theirs) -- but standard
+  library, ``ascend_shim``, ``torch`` and ``torch_npu`` names are refused with :class:`ConfigError`.
+
+Only plain ``.py`` sources loaded by the stock ``SourceFileLoader`` are rewritten (no zip imports, no
+``.pyc``-only modules, no custom loaders). Rewritten code is compiled from source on every import and never
+written to ``__pycache__``: a later run without the shim can never pick up rewritten bytecode. Modules whose
+source mentions neither ``cuda`` nor ``nccl`` (or has no site to rewrite) load through the normal cached path.
+
+``install`` also wraps ``runpy.run_path`` (undone by ``uninstall``) so that a script under the roots run that
+way -- notably ``multiprocessing``'s spawn/forkserver children re-running the main script as ``__mp_main__``
+-- is rewritten like the parent's ``__main__``.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import io
+import logging
+import os
+import runpy
+import site
+import sys
+import sysconfig
+import threading
+from types import ModuleType
+
+from .. import hooks as _post_import_hooks
+from ..errors import ConfigError
+from ..report import REPORT
+from . import runtime
+from .transform import Site, rewrite_source
+
+log = logging.getLogger("ascend_shim")
+
+_ORIGINAL_RUN_PATH = runpy.run_path
+_REFUSED_TOP = {"ascend_shim", "torch", "torch_npu"}
+_lock = threading.RLock()
+_guard = threading.local()
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _dir_sets() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(standard library dirs, site dirs, ascend_shim + torch package dirs), symlinks resolved."""
+    paths = sysconfig.get_paths()
+    stdlib = {paths.get("stdlib"), paths.get("platstdlib")}
+    sites = {paths.get("purelib"), paths.get("platlib")}
+    try:
+        sites.update(site.getsitepackages())
+    except AttributeError:  # some virtualenv flavours
+        pass
+    try:
+        sites.add(site.getusersitepackages())
+    except AttributeError:
+        pass
+    ours = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # ascend_shim
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.submodule_search_locations:
+        ours.update(spec.submodule_search_locations)
+    norm = lambda ds: tuple(sorted({_real(d) for d in ds if d}))  # noqa: E731
+    return norm(stdlib), norm(sites), norm(ours)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def report_sites(sites: list[Site]) -> int:
+    """Record every rewritten site in the report (once per site); return how many were rewritten."""
+    n = 0
+    for s in sites:
+        if s.rewritten:
+            REPORT.rewritten(s.filename, s.line, s.snippet, s.detail)
+            n += 1
+        else:
+            log.debug("ascend_shim rewrite: %s:%d %s %s", s.filename, s.line, s.snippet, s.reason)
+    runtime.register_sites(sites)
+    return n
+
+
+class RewritingLoader(importlib.machinery.SourceFileLoader):
+    """A ``SourceFileLoader`` whose code has the CUDA comparisons rewritten (and is never cached)."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        data = self.get_data(path)
+        if b"cuda" not in data and b"nccl" not in data:
+            return super().get_code(fullname)
+        code, sites = rewrite_source(data, path)
+        if not report_sites(sites):
+            return super().get_code(fullname)
+        return code
+
+
+class _Config:
+    def __init__(self, roots, packages):
+        self.roots = tuple(sorted({_real(r) for r in roots}))
+        self.packages = tuple(packages)
+        self.stdlib_dirs, self.site_dirs, self.own_dirs = _dir_sets()
+        self._dir_cache: dict[str, bool] = {}
+
+    def named_package(self, fullname: str) -> bool:
+        return any(fullname == p or fullname.startswith(p + ".") for p in self.packages)
+
+    def _in(self, real: str, dirs) -> bool:
+        return any(_under(real, d) for d in dirs)
+
+    def dir_is_users(self, directory: str) -> bool:
+        """Is ``directory`` inside a root and outside the stdlib, site-packages, ascend_shim and torch?"""
+        hit = self._dir_cache.get(directory)
+        if hit is None:
+            real = _real(directory)
+            parts = real.split(os.sep)
+            hit = (self._in(real, self.roots)
+                   and not self._in(real, self.stdlib_dirs) and not self._in(real, self.site_dirs)
+                   and not self._in(real, self.own_dirs)
+                   and "site-packages" not in parts and "dist-packages" not in parts)
+            self._dir_cache[directory] = hit
+        return hit
+
+    def wants(self, fullname: str | None, origin: str | None) -> bool:
+        """Is the module ``fullname`` loaded from ``origin`` the user's?"""
+        if not origin or not origin.endswith(".py"):
+            return False
+        if fullname:
+            if fullname.partition(".")[0] in _REFUSED_TOP:
+                return False
+            if self.named_package(fullname):
+                real = _real(origin)
+                in_stdlib = self._in(real, self.stdlib_dirs) and not self._in(real, self.site_dirs)
+                return not in_stdlib and not self._in(real, self.own_dirs)
+        return self.dir_is_users(os.path.dirname(origin))
+
+
+class RewriteFinder(importlib.abc.MetaPathFinder):
+    """Asks the finders behind it; hands user modules a :class:`RewritingLoader`."""
+
+    def __init__(self, config: _Config):
+        self.config = config
+
+    def find_spec(self, fullname, path=None, target=None):
+        # no shortcut on standard-library *names*: a user's test.py / profile.py / code.py shadows them
+        if fullname.partition(".")[0] in _REFUSED_TOP:
+            return None
+        busy = getattr(_guard, "names", None)
+        if busy is None:
+            busy = _guard.names = set()
+        if fullname in busy:
+            return None
+        busy.add(fullname)
+        try:
+            spec = self._spec_from_others(fullname, path, target)
+        finally:
+            busy.discard(fullname)
+        if spec is not None:
+            self._maybe_wrap(fullname, spec)
+        return spec
+
+    def _spec_from_others(self, fullname, path, target):
+        finders = list(sys.meta_path)
+        try:
+            finders = finders[finders.index(self) + 1:]
+        except ValueError:
+            pass
+        for finder in finders:
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                return None  # a legacy finder: let the import system do the whole search, unrewritten
+            spec = find(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def _maybe_wrap(self, fullname, spec) -> None:
+        holder, loader = spec, spec.loader
+        if isinstance(loader, _post_import_hooks._NotifyingLoader):
+            holder, loader = loader, loader._loader
+        if type(loader) is not importlib.machinery.SourceFileLoader:
+            return
+        if not self.config.wants(fullname, spec.origin):
+            return
+        new = RewritingLoader(loader.name, loader.path)
+        if holder is spec:
+            spec.loader = new
+        else:
+            holder._loader = new
+
+
+_finder: RewriteFinder | None = None
+
+
+def install(roots, packages=()) -> None:
+    """Rewrite the CUDA comparisons of user modules imported from now on.
+
+    ``roots``: directories whose tree is the user's code (the CLI passes the run target's directory; for
+    ``-m`` the working directory). ``packages``: extra top-level or dotted package names whose modules are the
+    user's wherever installed (env ``ASCEND_SHIM_USER_PACKAGES``). Calling again replaces both lists.
+    Modules imported before ``install`` stay as they are.
+    """
+    global _finder
+    if isinstance(roots, (str, os.PathLike)):
+        roots = [roots]
+    if isinstance(packages, str):
+        packages = [packages]
+    packages = [p.strip() for p in packages if p and p.strip()]
+    stdlib = set(sys.stdlib_module_names)
+    for p in packages:
+        if not all(part.isidentifier() for part in p.split(".")):
+            raise ConfigError(f"ASCEND_SHIM_USER_PACKAGES: {p!r} is not a package name")
+        top = p.partition(".")[0]
+        if top in _REFUSED_TOP or top in stdlib:
+            raise ConfigError(f"ASCEND_SHIM_USER_PACKAGES: {p!r} is not user code (standard library, torch, "
+                              "torch_npu and ascend_shim are never rewritten)")
+    config = _Config([os.fspath(r) for r in roots], packages)
+    with _lock:
+        if _finder is None:
+            _finder = RewriteFinder(config)
+        else:
+            _finder.config = config
+        if _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        sys.meta_path.insert(0, _finder)
+        runpy.run_path = _run_path_hook
+
+
+def uninstall() -> None:
+    """Stop rewriting newly imported modules (already imported ones stay rewritten); restore ``runpy.run_path``."""
+    global _finder
+    with _lock:
+        if _finder is not None and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _finder = None
+        if runpy.run_path is _run_path_hook:
+            runpy.run_path = _ORIGINAL_RUN_PATH
+
+
+def is_installed() -> bool:
+    return _finder is not None and _finder in sys.meta_path
+
+
+def is_user_module(fullname: str | None, origin: str | None) -> bool:
+    """Would an import of ``fullname`` from ``origin`` be rewritten now?"""
+    f = _finder
+    return f is not None and f.config.wants(fullname, origin)
+
+
+# -- the main script ----------------------------------------------------------------------------------------
+class _TempModule:
+    """As ``runpy._TempModule``: ``sys.modules[name]`` is a fresh module while the code runs."""
+
+    def __init__(self, name):
+        self.name, self.module, self._saved = name, ModuleType(name), []
+
+    def __enter__(self):
+        if self.name in sys.modules:
+            self._saved.append(sys.modules[self.name])
+        sys.modules[self.name] = self.module
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved:
+            sys.modules[self.name] = self._saved[0]
+        else:
+            sys.modules.pop(self.name, None)
+        self._saved = []
+
+
+class _Argv0:
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        self.saved = sys.argv[0]
+        sys.argv[0] = self.value
+
+    def __exit__(self, *exc):
+        sys.argv[0] = self.saved
+
+
+def run_path_rewritten(path, run_name: str = "__main__", init_globals: dict | None = None) -> dict:
+    """``runpy.run_path(path, init_globals, run_name)`` with the script's CUDA comparisons rewritten.
+
+    Same semantics as runpy for a script file: while it runs, ``sys.modules[run_name]`` is a fresh module,
+    ``sys.argv[0]`` is ``path``; the globals have ``__name__ = run_name``, ``__file__ = path`` (as given),
+    ``__spec__ = __loader__ = __cached__ = None``, ``__package__`` from ``run_name``; afterwards the previous
+    ``sys.modules[run_name]`` is back and a copy of the globals is returned. The script is rewritten whether or
+    not it lies under the roots (it is what the user asked to run). A directory or zip file (run through its
+    ``__main__``) and a compiled ``.pyc`` go to ``runpy.run_path`` unchanged (the import hook, if installed,
+    covers the directory's ``__main__``).
+    """
+    from pkgutil import get_importer, read_code
+
+    if get_importer(os.fspath(path)) is not None:
+        return _ORIGINAL_RUN_PATH(path, init_globals, run_name)
+    fname = path
+    decoded = os.path.abspath(os.fsdecode(path))
+    with io.open_code(decoded) as fh:
+        code = read_code(fh)
+    if code is None:
+        with io.open_code(decoded) as fh:
+            data = fh.read()
+        code, sites = rewrite_source(data, os.fsdecode(fname))
+        report_sites(sites)
+    pkg_name = run_name.rpartition(".")[0]
+    with _TempModule(run_name) as temp, _Argv0(fname):
+        g = temp.module.__dict__
+        if init_globals is not None:
+            g.update(init_globals)
+        g.update(__name__=run_name, __file__=fname, __cached__=None, __doc__=None, __loader__=None,
+                 __package__=pkg_name, __spec__=None)
+        exec(code, g)
+    return g.copy()
+
+
+def _run_path_hook(path_name, init_globals=None, run_name=None):
+    """``runpy.run_path`` while installed: scripts under the roots are rewritten."""
+    f = _finder
+    try:
+        is_file = os.path.isfile(path_name)
+    except (TypeError, ValueError):
+        is_file = False
+    if f is not None and is_file and f.config.dir_is_users(os.path.dirname(os.path.abspath(os.fsdecode(path_name)))):
+        return run_path_rewritten(path_name, "<run_path>" if run_name is None else run_name, init_globals)
+    return _ORIGINAL_RUN_PATH(path_name, init_globals, run_name)

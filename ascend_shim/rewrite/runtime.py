@@ -1,0 +1,187 @@
+"""Runtime helpers the rewritten comparisons call. Imported by the rewritten module itself (an inserted
+``from ascend_shim.rewrite.runtime import eq as __ascend_shim_eq__, ...``), so it must stay tiny: no torch
+import (``torch.device`` is recognised only once torch is in ``sys.modules``), no regular expressions (they
+would break ``torch.compile`` tracing of user code).
+
+The one rule: *first compare exactly as the original expression; only if that gave the CUDA-negative answer,
+translate the runtime value to its CUDA counterpart and compare again.* The counterpart of a value is
+
+* ``"npu"`` -> ``"cuda"``; ``"npu:N"`` (ASCII digits) -> ``"cuda:N"``; ``"hccl"`` -> ``"nccl"`` (for ``str`` and
+  ``str`` subclasses such as ``torch.distributed.Backend``);
+* a backend spec, a comma list of ``dev:backend`` items holding ``npu:hccl``: ``"cpu:gloo,npu:hccl"`` ->
+  ``"cpu:gloo,cuda:nccl"``;
+* ``torch.device("npu", N)`` -> ``torch.device("cuda", N)``, ``torch.device("npu")`` -> ``torch.device("cuda")``
+  (so the index rule is torch's own: ``cuda:1 == npu:1``, ``cuda != npu:0``);
+* anything else: none, and the original result stands unchanged.
+
+So ``x == "cuda"`` becomes true for ``"npu"`` (and ``torch.device("cuda:1") == npu:1``), ``"nccl" == b`` for
+``"hccl"``, and nothing else changes: a non-device string, a number, a tensor, an array (whose ``==`` returns
+a non-bool, which is passed through untouched), ``"npu:0 rest"``, ``"my_npu"`` all compare exactly as before.
+The one deliberate change for a value that may not be "a device" is the bare string ``"npu"`` / ``"npu:N"`` /
+``"hccl"`` compared with a CUDA/NCCL literal (``name == "cuda"`` with ``name = "npu"`` is now true).
+
+Each time a counterpart decides a result, the caller's line is counted in the report as a ``translated``
+event with detail :data:`HIT_DETAIL` (not while ``torch.compile`` traces; compiled code does not call back).
+"""
+from __future__ import annotations
+
+import sys
+
+from ..report import REPORT
+
+__ascend_shim_internal__ = True
+#: detail of the ``translated`` event counted each time an NPU value decided a rewritten comparison
+HIT_DETAIL = "npu value compared as its CUDA counterpart (rewritten comparison)"
+
+_device_cls = None  # the real torch.device class, once torch is imported
+_cuda_devices: dict = {}  # index -> torch.device("cuda", index): built once
+_sites: dict[tuple[str, int], str] = {}  # (filename, line) -> snippet, registered when a module is rewritten
+
+
+def register_sites(sites) -> None:
+    for s in sites:
+        if s.rewritten:
+            _sites.setdefault((s.filename, s.line), s.snippet)
+
+
+def _torch_device_class():
+    global _device_cls
+    if _device_cls is None:
+        torch = sys.modules.get("torch")
+        dev = getattr(torch, "device", None) if torch is not None else None
+        if dev is None:
+            return None
+        try:
+            _device_cls = type(dev("cpu"))  # the real class even if torch.device has been wrapped
+        except Exception:  # noqa: BLE001 - torch half-initialised
+            return None
+    return _device_cls
+
+
+def _backend_spec(v: str) -> str | None:
+    parts = v.split(",")
+    out, changed = [], False
+    for p in parts:
+        dev, sep, be = p.partition(":")
+        if not sep or not dev.isidentifier() or not be.isidentifier():
+            return None
+        if dev == "npu" and be == "hccl":
+            out.append("cuda:nccl")
+            changed = True
+        else:
+            out.append(p)
+    return ",".join(out) if changed else None
+
+
+def counterpart(v):
+    """The CUDA/NCCL counterpart of an NPU/HCCL device or backend value, else ``None``."""
+    if isinstance(v, str):
+        if v == "npu":
+            return "cuda"
+        if v == "hccl":
+            return "nccl"
+        if v.startswith("npu:"):
+            idx = v[4:]
+            return "cuda:" + idx if idx.isdigit() and idx.isascii() else None
+        if "npu:hccl" in v:
+            return _backend_spec(v)
+        return None
+    cls = _device_cls or _torch_device_class()
+    if cls is not None and type(v) is cls and v.type == "npu":
+        idx = v.index
+        dev = _cuda_devices.get(idx)
+        if dev is None:
+            dev = _cuda_devices[idx] = cls("cuda") if idx is None else cls("cuda", idx)
+        return dev
+    return None
+
+
+def _hit() -> None:
+    torch = sys.modules.get("torch")
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and getattr(compiler, "is_compiling", None) and compiler.is_compiling():
+        return
+    frame = sys._getframe(2)
+    site = (frame.f_code.co_filename, frame.f_lineno)
+    REPORT.event("translated", _sites.get(site, "rewritten comparison"), HIT_DETAIL,
+                 site=site)
+
+
+def eq(a, b):
+    """``a == b``, also true when ``a`` or ``b`` is the NPU counterpart of the other."""
+    r = a == b
+    if r is not False:
+        return r
+    c = counterpart(a)
+    if c is not None:
+        r = c == b
+        if r is True:
+            _hit()
+        return r
+    c = counterpart(b)
+    if c is not None:
+        r = a == c
+        if r is True:
+            _hit()
+    return r
+
+
+def ne(a, b):
+    """``a != b``, false when ``a`` or ``b`` is the NPU counterpart of the other."""
+    r = a != b
+    if r is not True:
+        return r
+    c = counterpart(a)
+    if c is not None:
+        r = c != b
+        if r is False:
+            _hit()
+        return r
+    c = counterpart(b)
+    if c is not None:
+        r = a != c
+        if r is False:
+            _hit()
+    return r
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def contains(item, container) -> bool:
+    """``item in container``; also true when
+    * ``item``'s counterpart is in ``container`` (``"hccl" in ("nccl", "gloo")``),
+    * ``container`` is a device/backend string whose counterpart contains ``item`` (``"cuda" in "npu:0"``),
+    * ``container`` is a list/tuple/set/frozenset/dict holding an element whose counterpart equals ``item``
+      (``"cuda" in ["npu:0", "npu"]``). Other containers (generators, custom classes) are never iterated.
+    """
+    if item in container:
+        return True
+    c = counterpart(item)
+    if c is not None and c in container:
+        _hit()
+        return True
+    if isinstance(container, str):
+        c = counterpart(container)
+        if c is not None and isinstance(c, str) and isinstance(item, str) and item in c:
+            _hit()
+            return True
+    elif isinstance(container, _CONTAINERS):
+        for element in container:
+            c = counterpart(element)
+            if c is not None and (c is item or c == item):
+                _hit()
+                return True
+    return False
+
+
+def startswith(obj, *args):
+    """``obj.startswith(*args)``; for a device/backend string also tried on its counterpart."""
+    r = obj.startswith(*args)
+    if r is False and isinstance(obj, str):
+        c = counterpart(obj)
+        if c is not None:
+            r = c.startswith(*args)
+            if r is True:
+                _hit()
+    return r
