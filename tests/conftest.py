@@ -9,7 +9,12 @@ for _var in [v for v in os.environ if v.startswith("ASCEND_SHIM")]:
     del os.environ[_var]
 
 
+import ascend_shim.sim
 from ascend_shim import activation as _activation
+
+# Bring the emulated NPU up before any test runs autograd: torch sizes its per-device autograd queues at the
+# first backward(), so a device registered later could not run backward in this process.
+ascend_shim.sim.install()
 
 _activation.set_summary_printing(False)  # the exit summary is for users, not for the test runner's output
 

@@ -149,11 +149,9 @@ def host(t: torch.Tensor) -> torch.Tensor:
     """
     if t.device.type == "cpu":
         return t
-    sim = sys.modules.get("ascend_shim.sim")
-    for name in ("host_copy_uncounted", "_host_copy_uncounted"):
-        fn = getattr(sim, name, None) if sim is not None else None
-        if callable(fn):
-            return fn(t)
+    sim = sys.modules.get("ascend_shim.sim")  # the emulator: a zero-copy host alias, not a counted d2h copy
+    if t.device.type == "npu" and sim is not None and getattr(sim, "is_installed", lambda: False)():
+        return sim.cpu_alias(t.detach())  # read-only use by the caller
     return t.detach().to("cpu")
 
 

@@ -1,0 +1,43 @@
+"""Emulated torch_npu fused ops for the sim backend.
+
+Every name in ``__all__`` is re-exported by the emulated ``torch_npu`` package as ``torch_npu.<name>``;
+``torch_npu.optim.NpuFusedAdamW`` is :class:`ascend_shim.sim.ops.optim.NpuFusedAdamW`.
+
+The public functions accept npu tensors only (a host tensor is rejected as the real NPU-only ops reject it), then
+validate every documented restriction (dtypes, head dims, head ratios, mask shapes, unsupported modes) and compute
+with device-agnostic torch math (``_attention_core`` etc.). Each call is counted in
+``ascend_shim.sim.counters.op_calls(<op name>)``. Features the hardware supports but the emulator does not
+(quantization, prefix sparse modes, sinks, ...) raise :class:`NotEmulatedError`, a ``NotImplementedError`` (hence
+``RuntimeError``) subclass whose message says so.
+
+Sources: the torch_npu schemas/docs (shared/reference/torch_npu.md section 3), op-plugin's
+``FlashAttentionKernelNpuOpApi.cpp`` (argument checks, numels, seed/offset, dpse/dsink returns) and the CANN
+``flash_attention_score`` tiling (band anchoring, invalid-row correction, varlen rejections). Deliberate choices
+where the hardware's behaviour is undocumented or where the emulator is stricter:
+
+* rows with nothing to attend output 0 with ``softmax_max=-FLT_MAX, softmax_sum=FLT_MAX`` whenever the kernel's
+  invalid-row correction applies (``inner_precise=2``, or auto-enabled: mode 3 with Sq > Skv, bands leaving empty
+  rows); a user mask that masks a whole row with ``inner_precise`` 0/1 gives the select-then-softmax value (the
+  uniform average of V), documented as "imprecise" on hardware; the inference ops always output 0 for such rows;
+* sparse modes 2-4 without ``atten_mask``: the hardware silently computes full attention, the emulator raises;
+  a 2048x2048 mask whose contents are not ``triu(ones, 1)`` is rejected (the hardware would use it silently);
+* the dropout mask is a deterministic function of (seed, offset, numels, keep_prob), not Huawei's Philox stream;
+  ``offset`` is drawn from the npu default generator, so ``torch.manual_seed`` reproduces it;
+* TND rows past the last cumulative length (uninitialised on hardware) are zeros.
+"""
+from ._common import NotEmulatedError as NotEmulatedError  # public; not in __all__ (not a torch_npu name)
+from .fusion_attention import npu_fusion_attention, npu_fusion_attention_grad
+from .infer_attention import npu_fused_infer_attention_score, npu_incre_flash_attention, npu_prompt_flash_attention
+from .norm_act import npu_rms_norm, npu_swiglu
+from .rotary import npu_rotary_mul
+
+__all__ = [
+    "npu_fusion_attention",
+    "npu_fusion_attention_grad",
+    "npu_prompt_flash_attention",
+    "npu_incre_flash_attention",
+    "npu_fused_infer_attention_score",
+    "npu_rotary_mul",
+    "npu_rms_norm",
+    "npu_swiglu",
+]
