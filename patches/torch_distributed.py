@@ -157,9 +157,18 @@ def fsdp_init(ctx):
     return translate_kwargs(ctx.original, "FullyShardedDataParallel", names=("device_id",))
 
 
-def _avg_fallback(orig, api, tensor_pos, op_pos, report):
-    """HCCL rejects ReduceOp.AVG: run SUM and divide by the group size (exact for floating tensors)."""
+def _avg_fallback(ctx, api, tensor_pos, op_pos):
+    """torch_npu < 2.6 rejects ReduceOp.AVG on HCCL: run SUM and divide by the group size (floor division
+    for integers, as torch_npu >= 2.6 does). Newer torch_npu lines accept AVG: then nothing is patched."""
     import torch.distributed as d
+
+    from ascend_shim.errors import NotNeeded
+    from ascend_shim.versions import installed_version, satisfies
+
+    npu_version = installed_version("torch_npu") or installed_version("torch-npu")
+    if npu_version and satisfies(npu_version, ">=2.6"):
+        raise NotNeeded(f"torch_npu {npu_version} accepts ReduceOp.AVG on HCCL")
+    orig, report = ctx.original, ctx.report
 
     from ascend_shim.callers import native_scope
 
@@ -173,20 +182,27 @@ def _avg_fallback(orig, api, tensor_pos, op_pos, report):
             backend = d.get_backend(group)
         if backend != "hccl":
             return orig(*args, **kwargs)
-        report.fallback(api, "ReduceOp.AVG on hccl -> SUM / world size")
+        report.fallback(api, f"ReduceOp.AVG on hccl (torch_npu {npu_version or '?'}) -> SUM / world size")
         if len(args) > op_pos:
             args = args[:op_pos] + (d.ReduceOp.SUM,) + args[op_pos + 1:]
         else:
             kwargs["op"] = d.ReduceOp.SUM
-        out = args[tensor_pos]
+        out = args[tensor_pos] if len(args) > tensor_pos else kwargs.get("tensor", kwargs.get("output"))
         size = d.get_world_size(group)
         work = orig(*args, **kwargs)
         if work is None:
-            out.div_(size)
+            _divide(out, size)
             return None
         return _DividingWork(work, out, size)
 
     return wrapper
+
+
+def _divide(tensor, size):
+    if tensor.is_floating_point() or tensor.is_complex():
+        tensor.div_(size)
+    else:
+        tensor.floor_divide_(size)
 
 
 class _DividingWork:
@@ -198,7 +214,7 @@ class _DividingWork:
     def wait(self, *args, **kwargs):
         result = self._work.wait(*args, **kwargs)
         if not self._done:
-            self._tensor.div_(self._size)
+            _divide(self._tensor, self._size)
             self._done = True
         return result
 
@@ -210,19 +226,22 @@ class _DividingWork:
 
 
 @dist.patch("torch.distributed:all_reduce", fidelity="fallback", covers=("ReduceOp.AVG",),
-            why="HCCL rejects ReduceOp.AVG ('Cannot use ReduceOp.AVG with HCCL'); nanochat and others use it.",
-            what="on hccl, all_reduce(op=AVG) runs SUM then divides by the group size (reported).",
-            remove_when="HCCL accepts ReduceOp.AVG")
+            why="HCCL of torch_npu < 2.6 rejects ReduceOp.AVG ('Cannot use ReduceOp.AVG with HCCL'); nanochat "
+                "and others use it.",
+            what="with such a torch_npu, all_reduce(op=AVG) on hccl runs SUM then divides by the group size "
+                 "(reported); not applied where torch_npu accepts AVG.",
+            remove_when="torch_npu < 2.6 is no longer supported")
 def all_reduce(ctx):
-    return _avg_fallback(ctx.original, "torch.distributed.all_reduce", 0, 1, ctx.report)
+    return _avg_fallback(ctx, "torch.distributed.all_reduce", 0, 1)
 
 
 @dist.patch("torch.distributed:reduce_scatter_tensor", fidelity="fallback", covers=("ReduceOp.AVG",),
-            why="HCCL rejects ReduceOp.AVG in reduce-scatter too.",
-            what="on hccl, reduce_scatter_tensor(op=AVG) runs SUM then divides the output by the group size.",
-            remove_when="HCCL accepts ReduceOp.AVG")
+            why="HCCL of torch_npu < 2.6 rejects ReduceOp.AVG in reduce-scatter too.",
+            what="with such a torch_npu, reduce_scatter_tensor(op=AVG) on hccl runs SUM then divides the output "
+                 "by the group size; not applied where torch_npu accepts AVG.",
+            remove_when="torch_npu < 2.6 is no longer supported")
 def reduce_scatter_tensor(ctx):
-    return _avg_fallback(ctx.original, "torch.distributed.reduce_scatter_tensor", 0, 2, ctx.report)
+    return _avg_fallback(ctx, "torch.distributed.reduce_scatter_tensor", 0, 2)
 
 
 # -- environment ---------------------------------------------------------------------------------------------

@@ -13,12 +13,20 @@ TypeError / DistBackendError) so that callers in C++ (DDP's reducer, functional 
 Python see what real ProcessGroupHCCL's ``TORCH_CHECK`` would raise.
 
 The source is kept in this module (not a ``.cpp`` file) so that it ships with the package without
-package-data rules; it is built once per machine with ``torch.utils.cpp_extension.load_inline``.
+package-data rules. It is built once per machine and source version into the emulator's build cache
+(the same cache and locking scheme as ``ascend_shim.sim._extension``); later processes import the
+cached ``.so`` directly.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import importlib.util
 import os
+import sys
+import sysconfig
 import threading
+from pathlib import Path
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
@@ -28,6 +36,7 @@ CPP_SOURCE = r"""
 #include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
 
 namespace py = pybind11;
@@ -36,27 +45,13 @@ namespace ascend_shim_sim __attribute__((visibility("hidden"))) {
 
 using c10d::OpType;
 
-// A collective that already ran (synchronously, in Python) when the backend call returned.
-class SimWork : public c10d::Work {
- public:
-  SimWork(int rank, OpType opType, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, opType), outputs_(std::move(outputs)) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()));
-    future_->markCompleted(c10::IValue(outputs_));
-    finish();
-  }
-  bool isCompleted() override { return true; }
-  bool isSuccess() const override { return true; }
-  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
-  void synchronize() override {}
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
+bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
 
 [[noreturn]] void rethrow_python_error(py::error_already_set& e) {
   // Called with the GIL held. Map the Python exception onto the c10 error of the same kind.
@@ -84,7 +79,148 @@ class SimWork : public c10d::Work {
   TORCH_CHECK(false, msg);
 }
 
-// (op, premul factor as float, premul factor as tensor) of a ReduceOp, as plain values.
+c10::intrusive_ptr<c10::ivalue::Future> ready_future(const std::vector<at::Tensor>& outputs) {
+  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  // The data is ready when this runs: no storages, so no device events to record (a future typed by
+  // the npu device would need the device's event support for nothing).
+  fut->markCompleted(c10::IValue(outputs), std::vector<c10::ivalue::Future::WeakStorage>{});
+  return fut;
+}
+
+// A collective that already ran (synchronously, in Python) when the backend call returned.
+class SimWork : public c10d::Work {
+ public:
+  SimWork(int rank, OpType opType, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, opType), outputs_(std::move(outputs)), future_(ready_future(outputs_)) {
+    finish();
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// A point-to-point operation still in flight: Python returned an object with wait() / is_completed()
+// (a gloo work plus the copy back into the npu tensor). Completes on wait(), or when polled done.
+class PendingSimWork : public c10d::Work {
+ public:
+  PendingSimWork(int rank, OpType opType, std::vector<at::Tensor> outputs, py::object pending)
+      : c10d::Work(rank, opType),
+        outputs_(std::move(outputs)),
+        pending_(std::move(pending)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  ~PendingSimWork() override {
+    if (!python_alive()) {
+      pending_.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    pending_ = py::object();
+  }
+
+  bool isCompleted() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_) {
+        return true;
+      }
+    }
+    bool ready = false;
+    {
+      py::gil_scoped_acquire gil;
+      try {
+        ready = pending_.attr("is_completed")().cast<bool>();
+      } catch (py::error_already_set& e) {
+        rethrow_python_error(e);
+      }
+    }
+    if (ready) {
+      wait(std::chrono::milliseconds(0));
+    }
+    return ready;
+  }
+  bool isSuccess() const override { return true; }
+
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      {
+        py::gil_scoped_acquire gil;
+        try {
+          pending_.attr("wait")();
+        } catch (py::error_already_set& e) {
+          rethrow_python_error(e);
+        }
+      }
+      done_ = true;
+      future_->markCompleted(c10::IValue(outputs_), std::vector<c10::ivalue::Future::WeakStorage>{});
+      finish();
+    }
+    return true;
+  }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::mutex mu_;
+  bool done_ = false;
+  std::vector<at::Tensor> outputs_;
+  py::object pending_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// What endCoalescing() returns: the works issued since startCoalescing(), waited together.
+class CoalescedSimWork : public c10d::Work {
+ public:
+  CoalescedSimWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
+      : c10d::Work(rank, OpType::COALESCED),
+        works_(std::move(works)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  bool isCompleted() override {
+    for (auto& w : works_) {
+      if (!w->isCompleted()) {
+        return false;
+      }
+    }
+    wait(std::chrono::milliseconds(0));
+    return true;
+  }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      std::vector<at::Tensor> outputs;
+      for (auto& w : works_) {
+        w->wait(timeout);
+        auto r = w->result();
+        outputs.insert(outputs.end(), r.begin(), r.end());
+      }
+      done_ = true;
+      future_->markCompleted(c10::IValue(outputs), std::vector<c10::ivalue::Future::WeakStorage>{});
+      finish();
+    }
+    return true;
+  }
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::mutex mu_;
+  bool done_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// (op, premul factor) of a ReduceOp as plain values; the factor is a float, a tensor or None.
 py::tuple reduce_op_args(const c10d::ReduceOp& op) {
   py::object factor = py::none();
   if (op.op_ == c10d::ReduceOp::PREMUL_SUM && op.supplement_) {
@@ -100,13 +236,21 @@ py::tuple reduce_op_args(const c10d::ReduceOp& op) {
   return py::make_tuple(static_cast<int>(op.op_), factor);
 }
 
+std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> out;
+  for (const auto& l : lists) {
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
 class ProcessGroupHCCLSim : public c10d::Backend {
  public:
   ProcessGroupHCCLSim(int rank, int size, py::object impl)
       : c10d::Backend(rank, size), impl_(std::move(impl)) {}
 
   ~ProcessGroupHCCLSim() override {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+    if (!python_alive()) {
       impl_.release();  // interpreter gone: leak instead of touching it
       return;
     }
@@ -118,102 +262,130 @@ class ProcessGroupHCCLSim : public c10d::Backend {
 
   const std::string getBackendName() const override { return "hccl"; }
   bool supportsSplitting() const override { return false; }
-  bool supportsCoalescing() const override { return false; }
+  bool supportsCoalescing() const override { return true; }  // as ProcessGroupHCCL
 
-  void setTimeout(std::chrono::milliseconds timeout) override {
-    call_void("set_timeout", timeout.count());
+  // Operations run (or, for p2p, start) as they are issued; endCoalescing() hands back one work over them.
+  void startCoalescing() override {
+    std::lock_guard<std::mutex> lock(coalesce_mu_);
+    coalescing_ = true;
+    coalesced_.clear();
+  }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    {
+      std::lock_guard<std::mutex> lock(coalesce_mu_);
+      coalescing_ = false;
+      works.swap(coalesced_);
+    }
+    return c10::make_intrusive<CoalescedSimWork>(getRank(), std::move(works));
   }
 
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    py::gil_scoped_acquire gil;
+    call("set_timeout", timeout.count());
+  }
+
+  // Every collective: take the GIL (the caller may be DDP's autograd thread), call the Python half,
+  // wrap its result. Arguments are converted after the GIL is taken (they are evaluated in `call`'s
+  // argument list, below the guard) and die before it is released.
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
-    call_void("broadcast", tensors, opts.rootRank, opts.rootTensor);
-    return done(OpType::BROADCAST, tensors);
+    py::gil_scoped_acquire gil;
+    return work(OpType::BROADCAST, tensors, call("broadcast", tensors, opts.rootRank, opts.rootTensor));
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
-    call_void("allreduce", tensors, reduce_op_args(opts.reduceOp));
-    return done(OpType::ALLREDUCE, tensors);
+    py::gil_scoped_acquire gil;
+    return work(OpType::ALLREDUCE, tensors, call("allreduce", tensors, reduce_op_args(opts.reduceOp)));
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
-    call_void("allreduce_coalesced", tensors, reduce_op_args(opts.reduceOp));
-    return done(OpType::ALLREDUCE_COALESCED, tensors);
+    py::gil_scoped_acquire gil;
+    return work(
+        OpType::ALLREDUCE_COALESCED, tensors, call("allreduce_coalesced", tensors, reduce_op_args(opts.reduceOp)));
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(
       std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
-    call_void("reduce", tensors, opts.rootRank, opts.rootTensor, reduce_op_args(opts.reduceOp));
-    return done(OpType::REDUCE, tensors);
+    py::gil_scoped_acquire gil;
+    return work(
+        OpType::REDUCE, tensors,
+        call("reduce", tensors, opts.rootRank, opts.rootTensor, reduce_op_args(opts.reduceOp)));
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(
       std::vector<std::vector<at::Tensor>>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& /*opts*/) override {
-    call_void("allgather", outputs, inputs);
-    return done(OpType::ALLGATHER, flat(outputs));
+    py::gil_scoped_acquire gil;
+    return work(OpType::ALLGATHER, flat(outputs), call("allgather", outputs, inputs));
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) override {
-    call_void("_allgather_base", output, input);
-    return done(OpType::_ALLGATHER_BASE, {output});
+    py::gil_scoped_acquire gil;
+    return work(OpType::_ALLGATHER_BASE, {output}, call("_allgather_base", output, input));
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& /*opts*/) override {
-    call_void("allgather_coalesced", outputs, inputs);
-    return done(OpType::ALLGATHER_COALESCED, flat(outputs));
+    py::gil_scoped_acquire gil;
+    return work(OpType::ALLGATHER_COALESCED, flat(outputs), call("allgather_coalesced", outputs, inputs));
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& /*opts*/) override {
-    call_void("allgather_into_tensor_coalesced", outputs, inputs);
-    return done(OpType::COALESCED, outputs);
+    py::gil_scoped_acquire gil;
+    return work(OpType::COALESCED, outputs, call("allgather_into_tensor_coalesced", outputs, inputs));
   }
 
   c10::intrusive_ptr<c10d::Work> gather(
       std::vector<std::vector<at::Tensor>>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::GatherOptions& opts) override {
-    call_void("gather", outputs, inputs, opts.rootRank);
-    return done(OpType::GATHER, flat(outputs));
+    py::gil_scoped_acquire gil;
+    return work(OpType::GATHER, flat(outputs), call("gather", outputs, inputs, opts.rootRank));
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputs,
       std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ScatterOptions& opts) override {
-    call_void("scatter", outputs, inputs, opts.rootRank);
-    return done(OpType::SCATTER, outputs);
+    py::gil_scoped_acquire gil;
+    return work(OpType::SCATTER, outputs, call("scatter", outputs, inputs, opts.rootRank));
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
       std::vector<at::Tensor>& outputs,
       std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
-    call_void("reduce_scatter", outputs, inputs, reduce_op_args(opts.reduceOp));
-    return done(OpType::REDUCE_SCATTER, outputs);
+    py::gil_scoped_acquire gil;
+    return work(
+        OpType::REDUCE_SCATTER, outputs, call("reduce_scatter", outputs, inputs, reduce_op_args(opts.reduceOp)));
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
-    call_void("_reduce_scatter_base", output, input, reduce_op_args(opts.reduceOp));
-    return done(OpType::_REDUCE_SCATTER_BASE, {output});
+    py::gil_scoped_acquire gil;
+    return work(
+        OpType::_REDUCE_SCATTER_BASE, {output},
+        call("_reduce_scatter_base", output, input, reduce_op_args(opts.reduceOp)));
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
-    call_void("reduce_scatter_tensor_coalesced", outputs, inputs, reduce_op_args(opts.reduceOp));
-    return done(OpType::COALESCED, outputs);
+    py::gil_scoped_acquire gil;
+    return work(
+        OpType::COALESCED, outputs,
+        call("reduce_scatter_tensor_coalesced", outputs, inputs, reduce_op_args(opts.reduceOp)));
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(
@@ -222,85 +394,97 @@ class ProcessGroupHCCLSim : public c10d::Backend {
       std::vector<int64_t>& outputSplitSizes,
       std::vector<int64_t>& inputSplitSizes,
       const c10d::AllToAllOptions& /*opts*/) override {
-    call_void("alltoall_base", output, input, outputSplitSizes, inputSplitSizes);
-    return done(OpType::ALLTOALL_BASE, {output});
+    py::gil_scoped_acquire gil;
+    return work(
+        OpType::ALLTOALL_BASE, {output},
+        call("alltoall_base", output, input, outputSplitSizes, inputSplitSizes));
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(
       std::vector<at::Tensor>& outputs,
       std::vector<at::Tensor>& inputs,
       const c10d::AllToAllOptions& /*opts*/) override {
-    call_void("alltoall", outputs, inputs);
-    return done(OpType::ALLTOALL, outputs);
+    py::gil_scoped_acquire gil;
+    return work(OpType::ALLTOALL, outputs, call("alltoall", outputs, inputs));
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override {
-    call_void("send", tensors, dstRank, tag);
-    return done(OpType::SEND, tensors);
+    py::gil_scoped_acquire gil;
+    return work(OpType::SEND, tensors, call("send", tensors, dstRank, tag));
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override {
-    call_void("recv", tensors, srcRank, tag);
-    return done(OpType::RECV, tensors);
+    py::gil_scoped_acquire gil;
+    return work(OpType::RECV, tensors, call("recv", tensors, srcRank, tag));
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    call_void("recv_anysource", tensors, tag);
-    return done(OpType::RECVANYSOURCE, tensors);
+    py::gil_scoped_acquire gil;
+    return work(OpType::RECVANYSOURCE, tensors, call("recv_anysource", tensors, tag));
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    py::object device = py::none();
-    {
-      py::gil_scoped_acquire gil;
-      if (opts.device.has_value()) {
-        device = py::str(opts.device->str());
-      }
-    }
-    call_void("barrier", opts.device_ids, device);
-    return done(OpType::BARRIER, {});
+    std::string device = opts.device.has_value() ? opts.device->str() : std::string();
+    py::gil_scoped_acquire gil;
+    return work(OpType::BARRIER, {}, call("barrier", opts.device_ids, device));
   }
 
   c10::intrusive_ptr<c10d::Work> batch_isend_irecv(
       std::vector<std::string>& opTypes,
       std::vector<at::Tensor>& tensors,
       std::vector<int64_t>& remoteRanks) {
-    call_void("batch_isend_irecv", opTypes, tensors, remoteRanks);
-    return done(OpType::COALESCED, tensors);
+    py::gil_scoped_acquire gil;
+    return work(OpType::COALESCED, tensors, call("batch_isend_irecv", opTypes, tensors, remoteRanks));
   }
 
   void setSequenceNumberForGroup() override { seq_ = 0; }
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
-  void abort() override { call_void("abort"); }
-  void shutdown() override { call_void("shutdown"); }
+  void abort() override {
+    if (python_alive()) {
+      py::gil_scoped_acquire gil;
+      call("abort");
+    }
+  }
+  void shutdown() override {
+    if (python_alive()) {
+      py::gil_scoped_acquire gil;
+      call("shutdown");
+    }
+  }
 
  private:
+  // Requires the GIL.
   template <typename... Args>
-  void call_void(const char* name, Args&&... args) {
-    py::gil_scoped_acquire gil;
+  py::object call(const char* name, Args&&... args) {
     try {
-      impl_.attr(name)(std::forward<Args>(args)...);
+      return impl_.attr(name)(std::forward<Args>(args)...);
     } catch (py::error_already_set& e) {
       rethrow_python_error(e);
     }
   }
 
-  static std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& lists) {
-    std::vector<at::Tensor> out;
-    for (const auto& l : lists) {
-      out.insert(out.end(), l.begin(), l.end());
-    }
-    return out;
-  }
-
-  c10::intrusive_ptr<c10d::Work> done(OpType opType, std::vector<at::Tensor> outputs) {
+  // Requires the GIL (``result`` is a Python object).
+  c10::intrusive_ptr<c10d::Work> work(OpType opType, std::vector<at::Tensor> outputs, py::object result) {
     ++seq_;
-    return c10::make_intrusive<SimWork>(getRank(), opType, std::move(outputs));
+    c10::intrusive_ptr<c10d::Work> w;
+    if (result.is_none()) {
+      w = c10::make_intrusive<SimWork>(getRank(), opType, std::move(outputs));
+    } else {
+      w = c10::make_intrusive<PendingSimWork>(getRank(), opType, std::move(outputs), std::move(result));
+    }
+    std::lock_guard<std::mutex> lock(coalesce_mu_);
+    if (coalescing_) {
+      coalesced_.push_back(w);
+    }
+    return w;
   }
 
   py::object impl_;
   std::atomic<uint64_t> seq_{0};
+  std::mutex coalesce_mu_;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
 };
 
 }  // namespace ascend_shim_sim
@@ -308,8 +492,7 @@ class ProcessGroupHCCLSim : public c10d::Backend {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using ascend_shim_sim::ProcessGroupHCCLSim;
   py::module_::import("torch.distributed");
-  py::class_<ProcessGroupHCCLSim, c10d::Backend, c10::intrusive_ptr<ProcessGroupHCCLSim>>(
-      m, "ProcessGroupHCCL")
+  py::class_<ProcessGroupHCCLSim, c10d::Backend, c10::intrusive_ptr<ProcessGroupHCCLSim>>(m, "ProcessGroupHCCL")
       .def(py::init([](int rank, int size, py::object impl) {
              return c10::make_intrusive<ProcessGroupHCCLSim>(rank, size, std::move(impl));
            }),
@@ -321,27 +504,81 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 }
 """
 
+MODULE_NAME = "_ascend_shim_sim_hccl"
+CFLAGS = ("-O1",)
+_BUILD_RECIPE = "1"  # bump when the build logic changes in a way the source does not show
+
 _lock = threading.Lock()
 _module = None
 
-# Bump when CPP_SOURCE changes in a way that must force a rebuild under the same name.
-_ABI_TAG = "v1"
+
+def cache_key() -> str:
+    """One build: torch version, Python ABI, recipe, flags and the source."""
+    import torch
+
+    digest = hashlib.sha256()
+    for part in (torch.__version__, sysconfig.get_config_var("EXT_SUFFIX") or sys.version, _BUILD_RECIPE,
+                 " ".join(CFLAGS), CPP_SOURCE):
+        digest.update(part.encode() + b"\0")
+    return f"hccl-torch{torch.__version__.replace('+', '_')}-{digest.hexdigest()[:16]}"
+
+
+def build_dir() -> Path:
+    """Under the emulator's build cache (``ASCEND_SHIM_SIM_BUILD_DIR``, default ``~/.cache/ascend_shim/sim``)."""
+    root = os.environ.get("ASCEND_SHIM_SIM_BUILD_DIR")
+    root_path = Path(root).expanduser() if root else Path.home() / ".cache" / "ascend_shim" / "sim"
+    return root_path / cache_key()
+
+
+def _import_built(so_path: Path):
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, so_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[MODULE_NAME] = module
+    return module
+
+
+def _build(directory: Path, verbose: bool):
+    from torch.utils import cpp_extension
+
+    source = directory / "process_group_hccl_sim.cpp"
+    source.write_text(CPP_SOURCE)
+    # torch's baton file is left behind if a build is killed; our flock is held, so it is stale.
+    (directory / "lock").unlink(missing_ok=True)
+    return cpp_extension.load(
+        name=MODULE_NAME,
+        sources=[str(source)],
+        extra_cflags=list(CFLAGS),
+        build_directory=str(directory),
+        verbose=verbose,
+    )
 
 
 def load(verbose: bool = False):
-    """Build (first call on a machine, ~1 min on 2 cores) or load the extension; returns the module."""
+    """The extension module: compiled on first use on a machine (~20-60 s), then imported from the cache.
+
+    Concurrent first builds (every rank under torchrun) serialize on a file lock.
+    """
     global _module
     if _module is not None:
         return _module
     with _lock:
-        if _module is None:
-            import torch.distributed  # noqa: F401  (registers the c10d pybind types first)
-            from torch.utils.cpp_extension import load_inline
+        if _module is not None:
+            return _module
+        import torch.distributed  # noqa: F401  (registers the c10d pybind types the module derives from)
 
-            _module = load_inline(
-                name=f"ascend_shim_sim_hccl_{_ABI_TAG}",
-                cpp_sources=[CPP_SOURCE],
-                extra_cflags=["-O1"],
-                verbose=verbose or bool(os.environ.get("ASCEND_SHIM_SIM_BUILD_VERBOSE")),
-            )
-    return _module
+        if MODULE_NAME in sys.modules:
+            _module = sys.modules[MODULE_NAME]
+            return _module
+        verbose = verbose or os.environ.get("ASCEND_SHIM_SIM_BUILD_VERBOSE") == "1"
+        directory = build_dir()
+        so_path = directory / f"{MODULE_NAME}.so"
+        if not so_path.exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            with open(directory.parent / f"{directory.name}.lock", "w") as lock_file:
+                fcntl.flock(lock_file, fcntl.LOCK_EX)  # released by the OS even if this process dies
+                if not so_path.exists():
+                    _module = _build(directory, verbose)
+                    return _module
+        _module = _import_built(so_path)
+        return _module
