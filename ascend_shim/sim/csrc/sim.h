@@ -28,6 +28,9 @@ c10::DeviceIndex current_device();
 void set_device(c10::DeviceIndex index);  // validates the index
 void check_index(c10::DeviceIndex index);
 c10::DeviceIndex resolve_index(c10::DeviceIndex index);  // -1 -> current device
+// Like a real NPU runtime, a process forked after it used the device cannot use it again.
+void check_not_forked();
+bool in_bad_fork();
 
 // ---- memory ----------------------------------------------------------------------------------------------------
 c10::Allocator* npu_allocator();
@@ -35,7 +38,7 @@ c10::Allocator* npu_allocator();
 c10::DataPtr adopt_data(c10::DataPtr owner, size_t nbytes, c10::DeviceIndex index);
 // Wraps a CPU storage's memory as device memory of npu:index, keeping the CPU storage alive.
 c10::DataPtr adopt_storage(const c10::Storage& cpu_storage, c10::DeviceIndex index);
-// A CPU DataPtr onto an npu storage's memory that keeps the npu storage alive.
+// A CPU DataPtr onto an npu storage's memory that keeps that memory alive.
 c10::DataPtr host_view_of(const c10::Storage& npu_storage);
 
 struct MemoryStats {
@@ -49,6 +52,12 @@ void reset_accumulated(c10::DeviceIndex index);
 int64_t total_memory();
 void set_memory_fraction(double fraction, c10::DeviceIndex index);
 double memory_fraction(c10::DeviceIndex index);
+
+// ---- tensors across the host boundary (kernels.cpp) --------------------------------------------------------
+// A CPU tensor aliasing an npu tensor's memory (same sizes, strides, offset; keeps the npu storage alive).
+at::Tensor host_alias(const at::Tensor& npu_tensor);
+// An npu tensor on npu:index that adopts a CPU tensor's memory without copying.
+at::Tensor adopt_host_tensor(const at::Tensor& host_tensor, c10::DeviceIndex index);
 
 // ---- counters --------------------------------------------------------------------------------------------------
 // One user-visible device-to-host transfer. Inside a d2h scope (e.g. printing a tensor, which reads many

@@ -1,0 +1,184 @@
+"""sim: an emulated Ascend NPU on the CPU, faithful to the device contract.
+
+``install()`` makes ``npu`` a real torch device (PrivateUse1, backed by host memory through a small C++
+extension), registers ``torch.npu`` and makes ``import torch_npu`` return the emulator
+(:mod:`ascend_shim.sim.torch_npu`). npu tensors are plain ``torch.Tensor``; what a real NPU rejects (mixing
+devices in one op, unemulated torch_npu APIs) is rejected the same way.
+
+Environment:
+    ASCEND_SHIM_SIM_DEVICES   number of emulated devices (default 8)
+    ASCEND_SHIM_SIM_BUILD_DIR where the C++ extension is built and cached (see ``_extension``)
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import re
+import sys
+import threading
+import time
+
+import torch
+
+from .. import virtual
+from . import _extension, counters
+
+__all__ = ["install", "is_installed", "cpu_alias", "npu_alias", "DEVICE_NAME"]
+
+DEVICE_NAME = "Ascend910B3"
+
+_lock = threading.RLock()
+_installed = False
+_installing = False
+
+
+def is_installed() -> bool:
+    return _installed
+
+
+def install() -> None:
+    """Make the emulated NPU available; idempotent and thread-safe.
+
+    Call it before the process's first ``backward()``: torch sizes its autograd device queues once, at the first
+    backward, and a device registered later cannot run backward (install() checks this and raises).
+    """
+    global _installed, _installing
+    if _installed:
+        return
+    with _lock:
+        # Re-entry from the same thread happens when install() imports the emulated torch_npu package, whose
+        # __init__ calls install() itself.
+        if _installed or _installing:
+            return
+        _installing = True
+        try:
+            _install()
+            _installed = True
+        finally:
+            _installing = False
+
+
+def torch_base_version() -> str:
+    """torch's release without local tags ("2.13.0+cpu" -> "2.13.0"): the torch_npu version paired with it."""
+    match = re.match(r"\d+(\.\d+)*", torch.__version__)
+    return match.group(0) if match else torch.__version__
+
+
+def _install() -> None:
+    native = _extension.load()
+    _claim_privateuse1()
+    native.register_host_kernels()
+
+    from .torch_npu import npu as npu_module
+
+    if getattr(torch, "npu", None) is not npu_module:
+        torch._register_device_module("npu", npu_module)
+    for name, module in list(sys.modules.items()):  # `import torch.npu.amp` must find the same objects
+        if name.startswith(npu_module.__name__ + "."):
+            sys.modules["torch.npu" + name[len(npu_module.__name__):]] = module
+
+    virtual.register_alias("torch_npu", f"{__name__}.torch_npu")
+    virtual.register_distribution("torch_npu", torch_base_version(), "Emulated torch_npu (ascend_shim sim backend)")
+    counters.set_native_source(_native_snapshot, _native_reset)
+    _count_print_as_one_transfer(native)
+    _check_autograd_engine()
+    atexit.register(_let_autograd_threads_finish)
+    _register_hccl()
+
+
+def _check_autograd_engine() -> None:
+    probe = torch.ones(1, device="npu", requires_grad=True)
+    try:
+        probe.sum().backward()
+    except RuntimeError as exc:
+        raise RuntimeError(
+            "ascend_shim.sim.install() ran after the process's first autograd backward(): torch sized its "
+            "autograd device queues without the npu device, so npu tensors cannot run backward in this process. "
+            "Install the emulator earlier (before any backward), e.g. through `ascend_shim run` or at import."
+        ) from exc
+
+
+def _claim_privateuse1() -> None:
+    backend = torch._C._get_privateuse1_backend_name()
+    if backend != "npu":
+        if backend != "privateuseone":
+            raise RuntimeError(f"PrivateUse1 is already taken by the {backend!r} backend; the sim NPU needs it")
+        torch.utils.rename_privateuse1_backend("npu")
+    if not hasattr(torch.Tensor, "is_npu"):
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+
+def _native_snapshot() -> dict:
+    native = _extension.load()
+    live, peak = {}, {}
+    for index in range(native.device_count()):
+        stats = native.memory_stats(index)
+        live[index], peak[index] = stats["live_bytes"], stats["peak_bytes"]
+    return {"d2h_syncs": native.d2h_syncs(), "live_bytes": live, "peak_bytes": peak}
+
+
+def _native_reset() -> None:
+    native = _extension.load()
+    native.reset_d2h()
+    for index in range(native.device_count()):
+        native.reset_peak(index)
+
+
+def _count_print_as_one_transfer(native) -> None:
+    """Printing an npu tensor reads it element by element; to the user that is one transfer, so count one."""
+    original = torch._tensor_str._str
+    if getattr(original, "_ascend_shim_sim", False):
+        return
+
+    @functools.wraps(original)
+    def _str(self, *args, **kwargs):
+        if self.device.type != "npu":
+            return original(self, *args, **kwargs)
+        native.d2h_scope_enter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            native.d2h_scope_exit()
+
+    _str._ascend_shim_sim = True
+    torch._tensor_str._str = _str
+
+
+def _let_autograd_threads_finish() -> None:
+    """Work around a torch race at exit (any device backend, not only this one).
+
+    Each backward stashes a Python object in the graph task's thread-local state. When an autograd device thread
+    drops the last reference to that task, it needs the GIL to release the object; if the main thread is
+    already finalizing the interpreter, taking the GIL ends the thread with pthread_exit and the process aborts
+    ("terminate called without an active exception"). Releasing the GIL briefly before finalization lets such
+    a thread finish first.
+    """
+    time.sleep(0.02)
+
+
+def _register_hccl() -> None:
+    try:
+        from . import hccl
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.hccl":
+            raise
+        return
+    hccl.register()
+
+
+def cpu_alias(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor sharing memory with npu tensor ``t`` (same sizes, strides, storage offset; zero-copy).
+
+    The alias keeps ``t``'s storage alive; writes through either are visible through both.
+    """
+    install()
+    return _extension.load().cpu_alias(t)
+
+
+def npu_alias(cpu_t: torch.Tensor, index: int | None = None) -> torch.Tensor:
+    """An npu tensor on ``npu:index`` (default: current device) sharing memory with CPU tensor ``cpu_t``.
+
+    The alias keeps ``cpu_t``'s storage alive and counts as live bytes of that device while it exists.
+    """
+    install()
+    return _extension.load().npu_alias(cpu_t, -1 if index is None else int(index))

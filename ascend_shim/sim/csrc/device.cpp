@@ -1,0 +1,550 @@
+// The emulated NPU itself: device selection, memory (host memory accounted per device), streams and events,
+// per-device random generators, pinned host memory, and the PrivateUse1 hooks that expose all of it to torch.
+#include "sim.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <pthread.h>
+#include <sstream>
+#include <vector>
+
+namespace ascend_sim {
+
+// ================================================================================================================
+// Devices
+// ================================================================================================================
+
+c10::DeviceIndex device_count() {
+  static const c10::DeviceIndex count = [] {
+    int n = 8;
+    if (const char* env = std::getenv("ASCEND_SHIM_SIM_DEVICES"); env && *env) n = std::atoi(env);
+    if (n < 0) n = 0;
+    if (n > kMaxDevices) n = kMaxDevices;
+    return static_cast<c10::DeviceIndex>(n);
+  }();
+  return count;
+}
+
+// Like CUDA/ACL, the current device is per host thread.
+static thread_local c10::DeviceIndex tls_device = 0;
+
+void check_index(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < device_count(), "Invalid NPU device index ", static_cast<int>(index),
+              ": the emulated NPU has ", static_cast<int>(device_count()),
+              " devices (set ASCEND_SHIM_SIM_DEVICES to change).");
+}
+
+c10::DeviceIndex current_device() { return tls_device; }
+
+void set_device(c10::DeviceIndex index) {
+  if (index < 0) return;  // torch's convention: a negative index is a no-op
+  check_index(index);
+  tls_device = index;
+}
+
+c10::DeviceIndex resolve_index(c10::DeviceIndex index) { return index < 0 ? current_device() : index; }
+
+namespace {
+std::atomic<bool> g_used{false};  // set by the first device allocation
+std::atomic<bool> g_bad_fork{false};
+const bool g_atfork_registered = [] {
+  pthread_atfork(nullptr, nullptr, [] { g_bad_fork.store(g_used.load()); });
+  return true;
+}();
+}  // namespace
+
+bool in_bad_fork() { return g_bad_fork.load(std::memory_order_relaxed); }
+
+void check_not_forked() {
+  TORCH_CHECK(!in_bad_fork(), "Cannot re-initialize NPU in forked subprocess. To use NPU with multiprocessing, "
+                              "you must use the 'spawn' start method");
+}
+
+// ================================================================================================================
+// Memory: every npu storage is host memory wrapped in a DataPtr whose context accounts it to one device.
+// ================================================================================================================
+
+namespace {
+
+// Ascend 910B3: 64 GiB HBM per device.
+constexpr int64_t kTotalMemory = int64_t(64) << 30;
+
+struct DeviceMemory {
+  std::atomic<int64_t> live{0}, peak{0}, allocated{0}, freed{0};
+  std::atomic<int64_t> live_blocks{0}, peak_blocks{0}, allocated_blocks{0}, freed_blocks{0};
+  std::atomic<int64_t> ooms{0};
+  std::atomic<int64_t> limit{kTotalMemory};
+  std::atomic<double> fraction{1.0};
+};
+std::array<DeviceMemory, kMaxDevices> g_memory;
+
+void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+std::string format_bytes(int64_t n) {
+  std::ostringstream out;
+  out.precision(2);
+  out << std::fixed;
+  if (n >= (int64_t(1) << 30)) out << double(n) / double(int64_t(1) << 30) << " GiB";
+  else if (n >= (int64_t(1) << 20)) out << double(n) / double(int64_t(1) << 20) << " MiB";
+  else out << n << " bytes";
+  return out.str();
+}
+
+void account_alloc(c10::DeviceIndex index, size_t nbytes) {
+  auto& m = g_memory.at(index);
+  const auto n = static_cast<int64_t>(nbytes);
+  const int64_t live = m.live.load(std::memory_order_relaxed);
+  if (live + n > m.limit.load(std::memory_order_relaxed)) {
+    m.ooms.fetch_add(1, std::memory_order_relaxed);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ", format_bytes(n), " (NPU ",
+                     static_cast<int>(index), "; ", format_bytes(kTotalMemory), " total capacity; ",
+                     format_bytes(live), " already allocated; ",
+                     format_bytes(std::max<int64_t>(0, m.limit.load() - live)),
+                     " free under the per-process memory fraction ", m.fraction.load(),
+                     "). [emulated by ascend_shim's sim backend]");
+  }
+  raise_peak(m.peak, m.live.fetch_add(n, std::memory_order_relaxed) + n);
+  raise_peak(m.peak_blocks, m.live_blocks.fetch_add(1, std::memory_order_relaxed) + 1);
+  m.allocated.fetch_add(n, std::memory_order_relaxed);
+  m.allocated_blocks.fetch_add(1, std::memory_order_relaxed);
+}
+
+void account_free(c10::DeviceIndex index, size_t nbytes) {
+  auto& m = g_memory.at(index);
+  const auto n = static_cast<int64_t>(nbytes);
+  m.live.fetch_sub(n, std::memory_order_relaxed);
+  m.live_blocks.fetch_sub(1, std::memory_order_relaxed);
+  m.freed.fetch_add(n, std::memory_order_relaxed);
+  m.freed_blocks.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Context of every npu DataPtr: who owns the bytes, and which device they are accounted to. Host views
+// (CPU aliases of npu memory) share the block, so the bytes live, and stay accounted, until the last user goes.
+struct Block {
+  void* raw = nullptr;           // memory this block allocated itself
+  c10::DataPtr owner;            // or memory adopted from a CPU allocation
+  c10::Storage keep;             // or a CPU storage kept alive
+  size_t nbytes = 0;
+  c10::DeviceIndex index = 0;
+  std::atomic<int64_t> refs{1};
+};
+
+void release_block(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  if (block->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  account_free(block->index, block->nbytes);
+  if (block->raw) c10::free_cpu(block->raw);
+  delete block;
+}
+
+c10::DataPtr make_block_ptr(void* data, Block* block) {
+  return {data, block, &release_block, c10::Device(kNpu, block->index)};
+}
+
+struct NpuAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    check_not_forked();
+    g_used.store(true, std::memory_order_relaxed);
+    const c10::DeviceIndex index = current_device();
+    if (nbytes == 0) return {nullptr, c10::Device(kNpu, index)};
+    account_alloc(index, nbytes);
+    void* data = nullptr;
+    try {
+      data = c10::alloc_cpu(nbytes);
+    } catch (...) {
+      account_free(index, nbytes);
+      throw;
+    }
+    auto* block = new Block();
+    block->raw = data;
+    block->nbytes = nbytes;
+    block->index = index;
+    return make_block_ptr(data, block);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dst, const void* src, std::size_t n) const override { default_copy_data(dst, src, n); }
+};
+NpuAllocator g_allocator;
+
+void release_keepalive(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+
+}  // namespace
+
+REGISTER_ALLOCATOR(kNpu, &g_allocator);
+
+c10::Allocator* npu_allocator() { return &g_allocator; }
+
+c10::DataPtr adopt_data(c10::DataPtr owner, size_t nbytes, c10::DeviceIndex index) {
+  void* data = owner.get();
+  if (nbytes == 0) return {data, c10::Device(kNpu, index)};
+  account_alloc(index, nbytes);
+  auto* block = new Block();
+  block->owner = std::move(owner);
+  block->nbytes = nbytes;
+  block->index = index;
+  return make_block_ptr(data, block);
+}
+
+c10::DataPtr adopt_storage(const c10::Storage& cpu_storage, c10::DeviceIndex index) {
+  const size_t nbytes = cpu_storage.nbytes();
+  void* data = const_cast<void*>(cpu_storage.data());
+  if (nbytes == 0) return {data, c10::Device(kNpu, index)};
+  account_alloc(index, nbytes);
+  auto* block = new Block();
+  block->keep = cpu_storage;
+  block->nbytes = nbytes;
+  block->index = index;
+  return make_block_ptr(data, block);
+}
+
+// A CPU DataPtr onto npu memory. It holds the memory block itself (not the storage), so a host alias stays valid
+// even if the npu storage is later resized onto new memory.
+c10::DataPtr host_view_of(const c10::Storage& npu_storage) {
+  const c10::DataPtr& device_ptr = npu_storage.data_ptr();
+  void* data = device_ptr.get();
+  if (device_ptr.get_deleter() == &release_block) {
+    auto* block = static_cast<Block*>(device_ptr.get_context());
+    block->refs.fetch_add(1, std::memory_order_relaxed);
+    return {data, block, &release_block, c10::Device(c10::kCPU)};
+  }
+  return {data, new c10::Storage(npu_storage), &release_keepalive, c10::Device(c10::kCPU)};  // no bytes owned
+}
+
+MemoryStats memory_stats(c10::DeviceIndex index) {
+  check_index(index);
+  const auto& m = g_memory[index];
+  return {m.live.load(),        m.peak.load(),        m.allocated.load(),        m.freed.load(),
+          m.live_blocks.load(), m.peak_blocks.load(), m.allocated_blocks.load(), m.freed_blocks.load(),
+          m.ooms.load()};
+}
+
+void reset_peak(c10::DeviceIndex index) {
+  check_index(index);
+  auto& m = g_memory[index];
+  m.peak.store(m.live.load());
+  m.peak_blocks.store(m.live_blocks.load());
+}
+
+void reset_accumulated(c10::DeviceIndex index) {
+  check_index(index);
+  auto& m = g_memory[index];
+  m.allocated.store(0);
+  m.freed.store(0);
+  m.allocated_blocks.store(0);
+  m.freed_blocks.store(0);
+  m.ooms.store(0);
+}
+
+int64_t total_memory() { return kTotalMemory; }
+
+void set_memory_fraction(double fraction, c10::DeviceIndex index) {
+  check_index(index);
+  TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
+  g_memory[index].fraction.store(fraction);
+  g_memory[index].limit.store(static_cast<int64_t>(fraction * double(kTotalMemory)));
+}
+
+double memory_fraction(c10::DeviceIndex index) {
+  check_index(index);
+  return g_memory[index].fraction.load();
+}
+
+// ================================================================================================================
+// Device-to-host transfer counter
+// ================================================================================================================
+
+namespace {
+std::atomic<int64_t> g_d2h{0};
+thread_local int tls_d2h_depth = 0;
+thread_local bool tls_d2h_counted = false;
+}  // namespace
+
+void count_d2h() {
+  if (tls_d2h_depth > 0) {
+    if (tls_d2h_counted) return;
+    tls_d2h_counted = true;
+  }
+  g_d2h.fetch_add(1, std::memory_order_relaxed);
+}
+int64_t d2h_syncs() { return g_d2h.load(); }
+void reset_d2h() { g_d2h.store(0); }
+void d2h_scope_enter() {
+  if (tls_d2h_depth++ == 0) tls_d2h_counted = false;
+}
+void d2h_scope_exit() {
+  if (tls_d2h_depth > 0) --tls_d2h_depth;
+}
+
+// ================================================================================================================
+// Streams and events. Kernels run synchronously on the host, so every stream is always idle and an event is
+// complete as soon as it is recorded; what remains observable is identity (ids, current stream per thread)
+// and timing between recorded events.
+// ================================================================================================================
+
+namespace {
+
+thread_local std::array<c10::StreamId, kMaxDevices> tls_stream{};  // 0 = the default stream
+std::atomic<c10::StreamId> g_next_stream{1};
+
+struct SimEvent {
+  c10::DeviceIndex device = -1;
+  bool timing = false;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point when;
+};
+
+struct NpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kNpu; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    const c10::DeviceIndex old = current_device();
+    if (d.index() != old) set_device(d.index());
+    return {kNpu, old};
+  }
+  c10::Device getDevice() const override { return {kNpu, current_device()}; }
+  void setDevice(c10::Device d) const override { set_device(d.index()); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < device_count()) tls_device = d.index();
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+
+  c10::Stream getStream(c10::Device d) const override {
+    const auto index = resolve_index(d.index());
+    return c10::Stream(c10::Stream::UNSAFE, {kNpu, index}, tls_stream.at(index));
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::UNSAFE, {kNpu, resolve_index(d.index())}, 0);
+  }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    return c10::Stream(c10::Stream::UNSAFE, {kNpu, resolve_index(d.index())}, g_next_stream.fetch_add(1));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
+    return getNewStream(d, 0);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    const auto index = resolve_index(s.device_index());
+    check_index(index);
+    const c10::Stream old(c10::Stream::UNSAFE, {kNpu, index}, tls_stream[index]);
+    tls_stream[index] = s.id();
+    return old;
+  }
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeDevice(c10::DeviceIndex index) const override {
+    if (index >= 0) check_index(index);
+  }
+
+  void record(void** event, const c10::Stream& stream, c10::DeviceIndex device_index,
+              c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+                static_cast<int>(device_index), " does not match recording stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
+    auto* ev = static_cast<SimEvent*>(*event);
+    if (ev == nullptr) {
+      ev = new SimEvent();
+      ev->device = stream.device_index();
+      ev->timing = flag == c10::EventFlag::BACKEND_DEFAULT;
+      *event = ev;
+    }
+    ev->recorded = true;
+    ev->when = std::chrono::steady_clock::now();
+  }
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* /*event*/) const override { return true; }
+  void synchronizeEvent(void* /*event*/) const override {}
+  void destroyEvent(void* event, c10::DeviceIndex) const noexcept override { delete static_cast<SimEvent*>(event); }
+  double elapsedTime(void* start, void* end, c10::DeviceIndex) const override {
+    auto* a = static_cast<SimEvent*>(start);
+    auto* b = static_cast<SimEvent*>(end);
+    TORCH_CHECK(a && b && a->recorded && b->recorded, "Both events must be recorded before calculating elapsed time.");
+    TORCH_CHECK(a->timing && b->timing, "Both events must be created with argument 'enable_timing=True'.");
+    return std::chrono::duration<double, std::milli>(b->when - a->when).count();
+  }
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+};
+
+}  // namespace
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, NpuGuardImpl);
+
+// ================================================================================================================
+// Random generators: an npu generator carries a CPU generator's state, so CPU kernels can draw from it and the
+// same seed reproduces the same numbers on every npu index.
+// ================================================================================================================
+
+namespace {
+
+class NpuGenerator final : public c10::GeneratorImpl {
+ public:
+  explicit NpuGenerator(c10::DeviceIndex index)
+      : GeneratorImpl(c10::Device(kNpu, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+        host_(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val)) {}
+
+  static c10::DeviceType device_type() { return kNpu; }
+  const at::Generator& host() const { return host_; }
+
+  void set_current_seed(uint64_t seed) override {
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    host_.set_current_seed(seed);
+  }
+  void set_offset(uint64_t offset) override {
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    host_.set_offset(offset);
+  }
+  uint64_t get_offset() const override {
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    return host_.get_offset();
+  }
+  uint64_t current_seed() const override {
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    return host_.current_seed();
+  }
+  uint64_t seed() override {
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    return host_.seed();
+  }
+  void set_state(const c10::TensorImpl& state) override {
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    host_.unsafeGetGeneratorImpl()->set_state(state);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    return host_.unsafeGetGeneratorImpl()->get_state();
+  }
+
+ private:
+  NpuGenerator* clone_impl() const override {
+    auto* copy = new NpuGenerator(device_.index());
+    std::lock_guard<std::mutex> lock(host_.mutex());
+    copy->host_ = host_.clone();
+    return copy;
+  }
+  mutable at::Generator host_;  // mutable: its mutex guards const reads too
+};
+
+std::once_flag g_generators_once;
+std::vector<at::Generator> g_default_generators;
+
+}  // namespace
+
+const at::Generator& default_generator(c10::DeviceIndex index) {
+  std::call_once(g_generators_once, [] {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i)
+      g_default_generators.push_back(at::make_generator<NpuGenerator>(i));
+  });
+  index = resolve_index(index);
+  check_index(index);
+  return g_default_generators[index];
+}
+
+at::Generator new_generator(c10::DeviceIndex index) {
+  index = resolve_index(index);
+  check_index(index);
+  return at::make_generator<NpuGenerator>(index);
+}
+
+at::Generator host_generator(const at::Generator& npu_generator) {
+  return static_cast<NpuGenerator*>(npu_generator.unsafeGetGeneratorImpl())->host();
+}
+
+// ================================================================================================================
+// Pinned host memory: ordinary host memory remembered so that is_pinned() can answer.
+// ================================================================================================================
+
+namespace {
+
+std::mutex g_pinned_mutex;
+std::map<uintptr_t, size_t> g_pinned;  // base address -> size
+
+void release_pinned(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
+  c10::free_cpu(ptr);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = c10::alloc_cpu(nbytes ? nbytes : 1);
+    {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned[reinterpret_cast<uintptr_t>(data)] = nbytes ? nbytes : 1;
+    }
+    return {data, data, &release_pinned, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release_pinned; }
+  void copy_data(void* dst, const void* src, std::size_t n) const override { default_copy_data(dst, src, n); }
+};
+PinnedAllocator g_pinned_allocator;
+
+bool is_pinned_ptr(const void* ptr) {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  auto it = g_pinned.upper_bound(p);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return p < it->first + it->second;
+}
+
+// ================================================================================================================
+// Hooks: how torch's device-generic code (accelerator API, pin_memory, generators, storage resize) reaches us.
+// ================================================================================================================
+
+struct NpuHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  void init() const override {}
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { set_device(d); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    const auto old = current_device();
+    set_device(d);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    return default_generator(index);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override { return new_generator(index); }
+
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
+
+  at::Device getDeviceFromPtr(void*) const override {
+    TORCH_CHECK(false, "getDeviceFromPtr is not emulated by ascend_shim's sim backend: npu memory is host memory "
+                       "and carries no device tag.");
+  }
+
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    const c10::DeviceGuard guard(storage.device());
+    at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), nbytes);
+  }
+};
+
+const bool g_hooks_registered = [] {
+  at::RegisterPrivateUse1HooksInterface(new NpuHooks());
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace ascend_sim

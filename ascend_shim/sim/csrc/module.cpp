@@ -1,0 +1,76 @@
+// Python bindings of the emulated NPU: what ascend_shim.sim and its torch.npu module call into.
+// Only the pybind11 glue for tensors: <torch/extension.h> would double the build time of this file.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "sim.h"
+
+namespace ascend_sim {
+at::Tensor cpu_alias(const at::Tensor& t);
+at::Tensor npu_alias(const at::Tensor& t, c10::DeviceIndex index);
+std::vector<std::string> register_host_kernels();
+}  // namespace ascend_sim
+
+namespace {
+
+namespace sim = ascend_sim;
+
+c10::DeviceIndex index_arg(int64_t index) {
+  const auto i = sim::resolve_index(static_cast<c10::DeviceIndex>(index));
+  sim::check_index(i);
+  return i;
+}
+
+py::dict memory_stats(int64_t index) {
+  const sim::MemoryStats s = sim::memory_stats(index_arg(index));
+  py::dict d;
+  d["live_bytes"] = s.live_bytes;
+  d["peak_bytes"] = s.peak_bytes;
+  d["allocated_bytes"] = s.allocated_bytes;
+  d["freed_bytes"] = s.freed_bytes;
+  d["live_blocks"] = s.live_blocks;
+  d["peak_blocks"] = s.peak_blocks;
+  d["allocated_blocks"] = s.allocated_blocks;
+  d["freed_blocks"] = s.freed_blocks;
+  d["ooms"] = s.oom_count;
+  return d;
+}
+
+py::object default_generator(int64_t index) {
+  // The generator lives for the whole process, so the borrowed wrapper is safe.
+  return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(sim::default_generator(index_arg(index))));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "ascend_shim sim: an emulated Ascend NPU on host memory (PrivateUse1)";
+  m.def("device_count", [] { return static_cast<int64_t>(sim::device_count()); });
+  m.def("current_device", [] { return static_cast<int64_t>(sim::current_device()); });
+  m.def("set_device", [](int64_t i) { sim::set_device(static_cast<c10::DeviceIndex>(i)); });
+  m.def("exchange_device", [](int64_t i) {
+    const auto old = sim::current_device();
+    sim::set_device(static_cast<c10::DeviceIndex>(i));
+    return static_cast<int64_t>(old);
+  });
+  m.def("check_index", [](int64_t i) { return static_cast<int64_t>(index_arg(i)); });
+
+  m.def("cpu_alias", &sim::cpu_alias);
+  m.def("npu_alias", [](const at::Tensor& t, int64_t i) { return sim::npu_alias(t, static_cast<c10::DeviceIndex>(i)); });
+
+  m.def("memory_stats", &memory_stats);
+  m.def("reset_peak", [](int64_t i) { sim::reset_peak(index_arg(i)); });
+  m.def("reset_accumulated", [](int64_t i) { sim::reset_accumulated(index_arg(i)); });
+  m.def("total_memory", &sim::total_memory);
+  m.def("set_memory_fraction", [](double f, int64_t i) { sim::set_memory_fraction(f, index_arg(i)); });
+  m.def("memory_fraction", [](int64_t i) { return sim::memory_fraction(index_arg(i)); });
+
+  m.def("d2h_syncs", &sim::d2h_syncs);
+  m.def("reset_d2h", &sim::reset_d2h);
+  m.def("d2h_scope_enter", &sim::d2h_scope_enter);
+  m.def("d2h_scope_exit", &sim::d2h_scope_exit);
+
+  m.def("default_generator", &default_generator);
+  m.def("in_bad_fork", &sim::in_bad_fork);
+  m.def("register_host_kernels", &sim::register_host_kernels);
+}

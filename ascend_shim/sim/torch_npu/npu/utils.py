@@ -1,0 +1,149 @@
+"""Device selection and queries of torch.npu."""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from ascend_shim.sim import DEVICE_NAME
+from ._utils import _checked_index, _get_device_index, _native
+
+__all__ = [
+    "is_available", "device_count", "current_device", "set_device", "device", "device_of", "synchronize",
+    "get_device_name", "get_device_properties", "get_device_capability", "can_device_access_peer",
+    "is_bf16_supported", "init", "is_initialized",
+]
+
+
+def is_available() -> bool:
+    return _native().device_count() > 0
+
+
+def device_count() -> int:
+    """Number of emulated devices (ASCEND_SHIM_SIM_DEVICES, default 8)."""
+    return _native().device_count()
+
+
+def current_device() -> int:
+    return _native().current_device()
+
+
+def set_device(device) -> None:
+    """Select the current device of this thread; a negative index is a no-op."""
+    index = _get_device_index(device)
+    if index >= 0:
+        _native().set_device(index)
+
+
+class device:
+    """Context manager that selects a device; a negative index or None is a no-op."""
+
+    def __init__(self, device):
+        self.idx = _get_device_index(device, optional=True) if device is not None else -1
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _native().current_device()
+        if self.idx >= 0 and self.idx != self.prev_idx:
+            _native().set_device(self.idx)
+
+    def __exit__(self, *exc):
+        if self.idx >= 0 and self.idx != self.prev_idx:
+            _native().set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that selects the device of a tensor (no-op for CPU tensors)."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.is_npu else -1)
+
+
+def synchronize(device=None) -> None:
+    """Wait for all work on a device. Emulated kernels run synchronously, so nothing is ever pending."""
+    _checked_index(device)
+
+
+def get_device_name(device=None) -> str:
+    _checked_index(device)
+    return DEVICE_NAME
+
+
+@dataclass(frozen=True)
+class _NPUDeviceProperties:
+    """Properties of an emulated device: the nominal datasheet figures of an Ascend 910B3.
+
+    These are the fields real torch_npu exposes (repr of ``_NPUDeviceProperties``); ``major``, ``minor`` and
+    ``multi_processor_count`` are deliberately absent because their values on real hardware are unverified.
+    """
+
+    name: str
+    total_memory: int
+    cube_core_num: int
+    vector_core_num: int
+    L2_cache_size: int
+
+    def __repr__(self):
+        return (f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory >> 20}MB, "
+                f"cube_core_num={self.cube_core_num}, vector_core_num={self.vector_core_num}, "
+                f"L2_cache_size={self.L2_cache_size >> 20}MB)")
+
+
+def get_device_properties(device=None) -> _NPUDeviceProperties:
+    _checked_index(device)
+    return _NPUDeviceProperties(name=DEVICE_NAME, total_memory=_native().total_memory(), cube_core_num=20,
+                                vector_core_num=40, L2_cache_size=192 << 20)
+
+
+def get_device_capability(device=None):
+    """As in torch_npu: None unless TORCH_NPU_DEVICE_CAPABILITY="major.minor" is set (a compatibility value)."""
+    note = ("The return value of get_device_capability is only for compatibility with PyTorch "
+            "and does not represent the actual capability of the NPU device.")
+    value = os.getenv("TORCH_NPU_DEVICE_CAPABILITY")
+    if not value:
+        warnings.warn("You can set the device capability via the environment variable "
+                      f"TORCH_NPU_DEVICE_CAPABILITY. {note}", stacklevel=2)
+        return None
+    major, dot, minor = value.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        warnings.warn(f"torch.npu.get_device_capability can't parse TORCH_NPU_DEVICE_CAPABILITY environment "
+                      f"variable: {value}. Expected format is 'major.minor'.", stacklevel=2)
+        return None
+    warnings.warn(note, stacklevel=2)
+    return int(major), int(minor)
+
+
+def can_device_access_peer(device_id, peer_device_id) -> bool:
+    """Emulated devices share host memory, so every pair of existing devices can access each other."""
+    for index, what in ((device_id, "device id"), (peer_device_id, "peer device id")):
+        index = _get_device_index(index, optional=True)
+        if index < 0 or index >= device_count():
+            raise AssertionError(f"Invalid {what}")
+    return True
+
+
+def is_bf16_supported() -> bool:
+    return True
+
+
+def init() -> None:
+    """Nothing to initialize lazily: the emulator is ready once installed."""
+
+
+def is_initialized() -> bool:
+    return not _native().in_bad_fork()
+
+
+def _lazy_init() -> None:
+    pass
+
+
+def _lazy_call(callable, **kwargs) -> None:
+    callable()
+
+
+def _is_in_bad_fork() -> bool:
+    return _native().in_bad_fork()
