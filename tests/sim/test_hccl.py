@@ -40,6 +40,7 @@ def one_rank_group(npu):
     from ascend_shim.sim import hccl
 
     policy = hccl.get_avg_policy()
+    hccl.set_avg_policy("reject")  # the error-contract tests check the older (torch_npu < 2.6) line
     dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)
     try:
         yield dist.distributed_c10d._get_default_group()
@@ -287,8 +288,17 @@ COLLECTIVE_CHECKS = {
 }
 
 
+def test_avg_default_follows_the_torch_npu_line(npu):
+    import torch
+
+    from ascend_shim.sim.hccl import _impl
+
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    assert _impl._default_avg_policy() == ("sum_div" if (major, minor) >= (2, 6) else "reject")
+
+
 def test_torchrun_collectives(npu):
-    checks = _checks(_torchrun("hccl_collectives.py"))
+    checks = _checks(_torchrun("hccl_collectives.py", env_extra={"ASCEND_SHIM_SIM_HCCL_AVG": "reject"}))
     assert COLLECTIVE_CHECKS | {"reject_AVG_all_reduce", "reject_AVG_reduce_scatter_tensor",
                                 "reject_cpu_tensor_dist"} <= checks, COLLECTIVE_CHECKS - checks
 
