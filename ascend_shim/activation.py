@@ -36,6 +36,7 @@ class _State:
         self.sets: list[PatchSet] = []
         self.selected: dict[str, list[Patch]] = {}  # module -> patches to apply on its import
         self.undos: list[tuple[str, object]] = []  # (patch id, undo) in application order
+        self.unswept: list[patching.Change] = []  # changes whose `from x import y` copies are not rebound yet
         self.env_backup: dict[str, str | None] = {}
         self.print_summary = True
 
@@ -155,17 +156,25 @@ def _run_undos(patch_id: str, undos) -> None:
             log.warning("undo of %s failed: %s", patch_id, exc)
 
 
-def _apply_all(patches: list[Patch], config: Config, backend: str) -> None:
-    changes = []
+def _apply_all(patches: list[Patch], config: Config, backend: str, sweep: bool = True) -> None:
     for patch in patches:
-        changes.extend(_apply_patch(patch, config, backend))
-    if changes:
-        patching.sweep_aliases(changes)
-        for change in changes:
-            if change.aliases:
-                info = REPORT.patches.get(change.patch_id)
-                if info is not None:
-                    info["aliases"] = [f"{m}.{n}" for m, n in change.aliases]
+        _state.unswept.extend(_apply_patch(patch, config, backend))
+    if sweep:
+        _sweep()
+
+
+def _sweep() -> None:
+    """One alias sweep for every change applied since the last one (a sweep walks every module)."""
+    with _lock:
+        changes, _state.unswept = _state.unswept, []
+    if not changes:
+        return
+    patching.sweep_aliases(changes)
+    for change in changes:
+        if change.aliases:
+            info = REPORT.patches.get(change.patch_id)
+            if info is not None:
+                info["aliases"] = [f"{m}.{n}" for m, n in change.aliases]
 
 
 def _on_import(module_name: str, generation: int, module) -> None:
@@ -174,7 +183,7 @@ def _on_import(module_name: str, generation: int, module) -> None:
         if not _state.active or _state.generation != generation:
             return
         patches, config, backend = list(_state.selected.get(module_name, [])), _state.config, _state.backend
-    _apply_all(patches, config, backend)
+    _apply_all(patches, config, backend, sweep=False)  # swept once the whole group of hooks has run
 
 
 def _on_torch_import(generation: int, module) -> None:
@@ -182,6 +191,9 @@ def _on_torch_import(generation: int, module) -> None:
         if not _state.active or _state.generation != generation:
             return
         try:
+            from .devices import bind_torch
+
+            bind_torch()
             backend_mod.bring_up(_state.backend)
         except Exception as exc:
             REPORT.note(f"backend {_state.backend} failed to come up: {type(exc).__name__}: {exc}")
@@ -190,12 +202,13 @@ def _on_torch_import(generation: int, module) -> None:
 
 
 # -- child processes ----------------------------------------------------------------------------------------
-def _export_env(config: Config, backend: str) -> None:
+def _export_env(config: Config, backend: str, root: bool) -> None:
     """Children (torchrun workers, spawn, subprocess pythons) come up activated with the same settings."""
     wanted = dict(config.to_env())
     wanted["ASCEND_SHIM"] = "1"
     wanted["ASCEND_SHIM_BACKEND"] = backend
-    wanted["ASCEND_SHIM_ROOT_PID"] = os.environ.get("ASCEND_SHIM_ROOT_PID") or str(os.getpid())
+    if root and "ASCEND_SHIM_ROOT_PID" not in os.environ:
+        wanted["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if BOOTSTRAP_DIR not in paths:
         wanted["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR] + paths)
@@ -217,11 +230,12 @@ def _restore_env() -> None:
 # -- public API ---------------------------------------------------------------------------------------------
 def activate(backend: str | None = None, *, disable=None, only=None, enable=None, strict: bool | None = None,
              log_level: str | None = None, report: str | None = None, patch_modules=None,
-             inherit: bool = True) -> None:
+             inherit: bool = True, root: bool = True) -> None:
     """Activate the shim (idempotent). Keywords mirror the ``ASCEND_SHIM_*`` toggles and override them.
 
     ``backend``: ``"npu"``, ``"sim"`` or ``"auto"``. ``inherit``: export the settings so that child Python
-    processes come up activated too.
+    processes come up activated too. ``root=False`` (used by sitecustomize files): this process is not the
+    one the user started on purpose; it prints an exit summary only if it patched something.
     """
     global _atexit_registered
     with _lock:
@@ -247,7 +261,8 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         generation = _state.generation
         try:
             if inherit:
-                _export_env(config, chosen)
+                _export_env(config, chosen, root)
+            hooks.on_batch_end(_sweep)
             hooks.when_imported("torch", lambda m: _on_torch_import(generation, m))
             at_once = []
             for s in sets:
@@ -349,6 +364,11 @@ def _at_exit() -> None:
         log.warning("could not write the report to %s: %s", report_path_for_process(config.report), exc)
     rank = process_rank()
     talk = rank == 0 if rank is not None else (is_root_process() or "ASCEND_SHIM_ROOT_PID" not in os.environ)
+    if not is_root_process():
+        # a process activated by a sitecustomize (e.g. pip in an ASCEND_SHIM=1 environment) that never
+        # imported anything we patch has nothing to say
+        talk = talk and any(info["status"] == "applied" and not info["target"].startswith(("env:", "process:"))
+                            for info in REPORT.patches.values())
     if talk and _state.print_summary and config.log != "off":
         try:
             print(format_summary(REPORT.to_dict(), json_path=json_path), file=sys.stderr)

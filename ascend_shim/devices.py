@@ -10,11 +10,24 @@ The checks are ordered for the hot path: one ``type()`` and one comparison for t
 from __future__ import annotations
 
 import functools
-
-import torch
+import sys
 
 NPU = "npu"
-_TorchDevice = type(torch.device("cpu"))  # the real class, even after torch.device is proxied
+
+
+class _Unbound:  # placeholder until torch is imported: activating the shim must not import torch
+    pass
+
+
+_TorchDevice: type = _Unbound  # the real torch.device class, even after torch.device is proxied
+
+
+def bind_torch() -> None:
+    """Called once torch is imported (before any patch applies)."""
+    global _TorchDevice
+    if _TorchDevice is _Unbound:
+        torch = sys.modules["torch"]
+        _TorchDevice = type(torch.device("cpu"))
 
 
 _str_cache: dict[str, str] = {}  # device strings seen so far -> translation (bounded below)

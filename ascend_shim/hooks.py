@@ -25,6 +25,7 @@ _lock = threading.RLock()
 _hooks: dict[str, list[Hook]] = {}  # module name -> hooks still to run
 _watched: set[str] = set()  # module names (with their parents) the finder intercepts
 _pending: set[str] = set()  # imported modules whose hooks wait for a parent package to finish
+_batch_end: list[Callable[[], None]] = []  # run after each group of hooks that became ready together
 _guard = threading.local()
 
 
@@ -109,6 +110,11 @@ def _module_finished(name: str | None) -> None:
             except BaseException as exc:  # run the other hooks, then let the first error through
                 errors.append(exc)
     if jobs:
+        for callback in list(_batch_end):
+            try:
+                callback()
+            except BaseException as exc:
+                errors.append(exc)
         _maybe_drop_finder()
     if errors:
         raise errors[0]
@@ -137,6 +143,13 @@ def when_imported(name: str, hook: Hook) -> None:
         _module_finished(None)
 
 
+def on_batch_end(callback: Callable[[], None]) -> None:
+    """Run ``callback`` after every group of hooks that ran together (e.g. all of torch's at once)."""
+    with _lock:
+        if callback not in _batch_end:
+            _batch_end.append(callback)
+
+
 def pending() -> dict[str, int]:
     with _lock:
         return {name: len(hooks) for name, hooks in _hooks.items()}
@@ -148,5 +161,6 @@ def clear() -> None:
         _hooks.clear()
         _pending.clear()
         _watched.clear()
+        _batch_end.clear()
         if _finder in sys.meta_path:
             sys.meta_path.remove(_finder)

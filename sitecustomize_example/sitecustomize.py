@@ -11,7 +11,7 @@ if os.environ.get("ASCEND_SHIM", "").strip().lower() in ("1", "true", "yes", "on
     try:
         import ascend_shim
 
-        ascend_shim.activate()
+        ascend_shim.activate(root=False)  # summary at exit only from processes that patched something
     except Exception as exc:  # an environment problem must not make every python unusable
         if os.environ.get("ASCEND_SHIM_STRICT", "").strip().lower() in ("1", "true", "yes", "on"):
             raise

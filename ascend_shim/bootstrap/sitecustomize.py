@@ -30,7 +30,7 @@ def _activate():
     try:
         from ascend_shim.activation import activate
 
-        activate()
+        activate(root=False)
     except Exception as exc:
         if os.environ.get("ASCEND_SHIM_STRICT", "").strip().lower() in ("1", "true", "yes", "on"):
             raise
