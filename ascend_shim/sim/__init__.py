@@ -5,6 +5,17 @@ extension), registers ``torch.npu`` and makes ``import torch_npu`` return the em
 (:mod:`ascend_shim.sim.torch_npu`). npu tensors are plain ``torch.Tensor``; what a real NPU rejects (mixing
 devices in one op, unemulated torch_npu APIs) is rejected the same way.
 
+Decisions where the hardware contract leaves room (see also torch_npu.md):
+
+* Optimizers: torch 2.13 lists privateuse1 among the foreach and fused devices, and torch_npu registers
+  ``_fused_adamw_``/``_fused_adam_`` for NPU, so AdamW default (foreach), ``foreach=True`` and ``fused=True``
+  all run on npu; the fused step runs torch's CPU fused kernel on the npu memory (dtype coverage is the CPU
+  kernel's, which is wider than torch_npu's NpuFusedAdamW: that one rejects bf16).
+* A 0-dim CPU tensor may join any npu op (CUDA allows it only in elementwise ops); host ``indices`` are accepted
+  by the indexing ops, as on CUDA.
+* Kernels run synchronously, so streams are always idle and events complete when recorded; memory has no
+  caching allocator, so reserved == allocated.
+
 Environment:
     ASCEND_SHIM_SIM_DEVICES   number of emulated devices (default 8)
     ASCEND_SHIM_SIM_BUILD_DIR where the C++ extension is built and cached (see ``_extension``)

@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -156,7 +157,8 @@ c10::DataPtr make_block_ptr(void* data, Block* block) {
   return {data, block, &release_block, c10::Device(kNpu, block->index)};
 }
 
-struct NpuAllocator final : c10::Allocator {
+// A DeviceAllocator (not a caching one): torch.accelerator's memory API reads its statistics from here.
+struct NpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     check_not_forked();
     g_used.store(true, std::memory_order_relaxed);
@@ -178,6 +180,17 @@ struct NpuAllocator final : c10::Allocator {
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dst, const void* src, std::size_t n) const override { default_copy_data(dst, src, n); }
+
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex index) override;
+  void resetAccumulatedStats(c10::DeviceIndex index) override { reset_accumulated(index); }
+  void resetPeakStats(c10::DeviceIndex index) override { reset_peak(index); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
+    const auto live = memory_stats(index).live_bytes;
+    return {static_cast<size_t>(kTotalMemory - live), static_cast<size_t>(kTotalMemory)};
+  }
 };
 NpuAllocator g_allocator;
 
@@ -251,6 +264,22 @@ void reset_accumulated(c10::DeviceIndex index) {
 }
 
 int64_t total_memory() { return kTotalMemory; }
+
+c10::CachingDeviceAllocator::DeviceStats NpuAllocator::getDeviceStats(c10::DeviceIndex index) {
+  const MemoryStats m = memory_stats(index);
+  c10::CachingDeviceAllocator::DeviceStats stats;
+  const auto all = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+  for (auto* counts : {&stats.allocation, &stats.segment, &stats.active}) {
+    (*counts)[all] = {m.live_blocks, m.peak_blocks, m.allocated_blocks, m.freed_blocks};
+  }
+  for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+    (*bytes)[all] = {m.live_bytes, m.peak_bytes, m.allocated_bytes, m.freed_bytes};
+  }
+  stats.num_ooms = m.oom_count;
+  stats.num_device_alloc = m.allocated_blocks;
+  stats.num_device_free = m.freed_blocks;
+  return stats;
+}
 
 void set_memory_fraction(double fraction, c10::DeviceIndex index) {
   check_index(index);

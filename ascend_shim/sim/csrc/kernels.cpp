@@ -11,6 +11,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
@@ -120,8 +121,10 @@ class DeviceCheck {
     }
   }
 
+  // An npu `device=` argument (factories that reach the fallback): the op runs on that device.
   void visit_device(c10::Device d) {
     if (!device_arg_) device_arg_ = d;
+    has_npu_ = true;
   }
 
   bool has_npu() const { return has_npu_; }
@@ -276,6 +279,8 @@ class FallbackCall {
 
   at::Tensor to_npu(const at::Tensor& out) {
     if (!out.defined() || !out.is_cpu()) return out;
+    if (out._is_zerotensor())  // no memory behind it: rebuild it on the device rather than adopt nothing
+      return at::_efficientzerotensor(out.sizes(), out.options().device(target_));
     for (const auto& o : originals_)
       if (o.first == out.unsafeGetTensorImpl()) return o.second;
     for (const c10::StorageImpl* s : host_inputs_) {
@@ -326,6 +331,17 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   check_factory_options(layout, pin_memory);
   const c10::DeviceGuard guard(device.value_or(c10::Device(kNpu)));
   return at::detail::empty_strided_generic(size, stride, npu_allocator(), kNpuKeys, c10::dtype_or_default(dtype));
+}
+
+// Gradients of sign(), where()... are "zero tensors": no memory, and a ZeroTensor key that makes ops read zeros.
+// The CPU kernel would build a CPU one, which must not be adopted as npu memory.
+at::Tensor efficient_zero_tensor(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                 std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                 std::optional<bool> pin_memory) {
+  check_factory_options(layout, pin_memory);
+  at::native::ZeroTensorAllocator allocator(c10::Device(kNpu, resolve_index(device ? device->index() : -1)));
+  const auto keys = kNpuKeys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
 }
 
 // Every copy between npu and host (or between npu indices) lands here; npu->host copies are the transfers
@@ -407,6 +423,7 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
+  m.impl("_efficientzerotensor", efficient_zero_tensor);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
@@ -420,6 +437,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_reshape_alias", reshape_alias);
   m.impl("record_stream", record_stream);
   m.impl("native_dropout", native_dropout);
+}
+
+// Copies handle conjugate/negative views themselves (the host aliases keep those bits and the CPU copy resolves
+// them); without these fallthroughs the math-bit fallbacks would materialize the source with clone(), which
+// copies through _copy_from again, forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

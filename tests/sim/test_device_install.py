@@ -1,0 +1,189 @@
+"""Installing the emulator: idempotence, the torch_npu alias and distribution, what install() registers, the
+build cache (fast path, file lock, key), ASCEND_SHIM_SIM_DEVICES, and the process-level rules a real device
+imposes (no use after fork, install before the first backward).
+
+Subprocess tests reuse the extension the session built (the cache is keyed by sources, not by process)."""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_python(code: str, env_extra: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=timeout)
+
+
+def test_install_is_idempotent_and_thread_safe(sim):
+    errors = []
+
+    def again():
+        try:
+            sim.install()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=again) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and sim.is_installed()
+    assert torch._C._get_privateuse1_backend_name() == "npu"
+    assert hasattr(torch.Tensor, "is_npu") and hasattr(torch.nn.Module, "npu") and hasattr(torch.UntypedStorage, "npu")
+
+
+def test_import_torch_npu_returns_the_emulator(sim):
+    import torch_npu
+
+    emulated = importlib.import_module("ascend_shim.sim.torch_npu")
+    assert torch_npu is emulated and torch_npu.npu is torch.npu
+    assert importlib.import_module("torch_npu.npu.amp") is torch.npu.amp
+    assert torch_npu.__version__ == sim.torch_base_version() == torch.__version__.split("+")[0]
+    assert importlib.metadata.version("torch_npu") == torch_npu.__version__
+
+
+def test_torch_npu_reexports_the_fused_ops():
+    import torch_npu
+
+    if importlib.util.find_spec("ascend_shim.sim.ops") is None:
+        pytest.skip("the fused-op package is not present in this tree")
+    ops = importlib.import_module("ascend_shim.sim.ops")
+    assert ops.__all__
+    for name in ops.__all__:
+        assert getattr(torch_npu, name) is getattr(ops, name)
+    if importlib.util.find_spec("ascend_shim.sim.ops.optim") is not None:
+        assert torch_npu.optim.NpuFusedAdamW is importlib.import_module("ascend_shim.sim.ops.optim").NpuFusedAdamW
+
+
+def test_install_registers_the_hccl_backend():
+    if importlib.util.find_spec("ascend_shim.sim.hccl") is None:
+        pytest.skip("the hccl package is not present in this tree")
+    import torch.distributed as dist
+
+    assert "hccl" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map.get("npu") == "hccl"
+
+
+def test_cache_key_tracks_sources_and_the_build_dir_is_overridable(monkeypatch, tmp_path):
+    from ascend_shim.sim import _extension
+
+    key = _extension.cache_key()
+    assert key.startswith("torch" + torch.__version__.replace("+", "_"))
+    monkeypatch.setenv("ASCEND_SHIM_SIM_BUILD_DIR", str(tmp_path))
+    assert _extension.build_dir() == tmp_path / key
+    copy = tmp_path / "csrc"
+    shutil.copytree(_extension._csrc(), copy)
+    (copy / "nn.cpp").write_text((copy / "nn.cpp").read_text() + "\n// edited\n")
+    monkeypatch.setattr(_extension, "_csrc", lambda: copy)
+    assert _extension.cache_key() != key
+    assert all((_extension.Path(_extension.__file__).with_name("csrc") / n).exists() for n in _extension.SOURCES)
+
+
+def test_cached_extension_loads_without_a_build_and_honours_the_device_count():
+    result = run_python("""
+        import threading, time
+        import torch
+        import torch.utils.cpp_extension as cpp
+        def no_build(*a, **k):
+            raise AssertionError("the cached extension must load without running ninja")
+        cpp.load = no_build
+        import ascend_shim.sim as sim
+        start = time.perf_counter()
+        threads = [threading.Thread(target=sim.install) for _ in range(4)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        took = time.perf_counter() - start
+        from ascend_shim.sim import counters
+        assert torch.npu.device_count() == 2 and len(torch.npu.default_generators) == 2
+        assert sorted(counters.snapshot()["live_bytes"]) == [0, 1]
+        try:
+            torch.empty(1, device="npu:2")
+        except RuntimeError as exc:
+            assert "the emulated NPU has 2 devices" in str(exc)
+        else:
+            raise AssertionError("npu:2 must not exist")
+        x = torch.ones(3, device="npu:1", requires_grad=True)
+        (x * 2).sum().backward()
+        print("OK", round(took, 3), x.grad.tolist())
+    """, {"ASCEND_SHIM_SIM_DEVICES": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK" in result.stdout and "[2.0, 2.0, 2.0]" in result.stdout
+
+
+def test_concurrent_first_builds_serialize_on_the_lock(sim, tmp_path):
+    from ascend_shim.sim import _extension
+
+    real_so = _extension.build_dir() / f"{_extension.MODULE_NAME}.so"
+    assert real_so.exists()
+    log = tmp_path / "builds.log"
+    child = f"""
+        import os, shutil, sys, time
+        import torch
+        from ascend_shim.sim import _extension
+        def fake_build(directory):  # stands in for the compiler: slow, then produces the .so
+            with open({str(log)!r}, "a") as f:
+                f.write(f"start {{os.getpid()}}\\n")
+            time.sleep(1.5)
+            target = directory / (_extension.MODULE_NAME + ".so")
+            shutil.copy({str(real_so)!r}, str(target) + ".tmp")
+            os.replace(str(target) + ".tmp", target)
+            with open({str(log)!r}, "a") as f:
+                f.write(f"end {{os.getpid()}}\\n")
+            return _extension._import_built(target)
+        _extension._build = fake_build
+        print("OK", _extension.load().device_count())
+    """
+    env = dict(os.environ, PYTHONPATH=REPO, ASCEND_SHIM_SIM_BUILD_DIR=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(child)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=REPO) for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+        assert out.strip() == "OK 8"
+    lines = log.read_text().split()
+    assert lines[0] == "start" and lines[2] == "end" and len(lines) == 4  # exactly one build ran
+
+
+def test_install_after_the_first_backward_is_refused():
+    result = run_python("""
+        import torch
+        x = torch.ones(2, requires_grad=True)
+        (x * 2).sum().backward()
+        import ascend_shim.sim as sim
+        try:
+            sim.install()
+        except RuntimeError as exc:
+            print("REFUSED", "first autograd backward" in str(exc))
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "REFUSED True" in result.stdout
+
+
+def test_a_forked_child_cannot_use_the_device(sim):
+    torch.ones(1, device="npu")  # the parent has used the device
+    pid = os.fork()
+    if pid == 0:  # child: report through the exit code only
+        code = 3
+        try:
+            try:
+                torch.ones(1, device="npu")
+            except RuntimeError as exc:
+                code = 0 if "forked subprocess" in str(exc) and torch.npu._is_in_bad_fork() else 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert not torch.npu._is_in_bad_fork()

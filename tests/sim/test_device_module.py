@@ -1,0 +1,308 @@
+"""torch.npu (= torch_npu.npu) of the emulated device: devices, memory statistics, streams and events, amp
+names, configuration switches, and what the module refuses (unemulated names, graphs)."""
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+
+import pytest
+import torch
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _device(sim):
+    torch.npu.set_device(0)
+    yield
+    torch.npu.set_device(0)
+
+
+# ---- devices ---------------------------------------------------------------------------------------------
+
+
+def test_device_queries():
+    assert torch.npu.is_available() and torch.npu.device_count() == 8  # ASCEND_SHIM_SIM_DEVICES default
+    assert torch.npu.get_device_name() == torch.npu.get_device_name(3) == "Ascend910B3"
+    props = torch.npu.get_device_properties(1)
+    assert props.name == "Ascend910B3" and props.total_memory == 64 << 30
+    assert (props.cube_core_num, props.vector_core_num, props.L2_cache_size) == (20, 40, 192 << 20)
+    assert not hasattr(props, "multi_processor_count")  # unverified on hardware: not invented
+    assert torch.npu.is_bf16_supported() and torch.npu.is_initialized()
+    assert torch.npu.can_device_access_peer(0, 7)
+    with pytest.raises(AssertionError):
+        torch.npu.can_device_access_peer(0, 8)
+    with pytest.raises(RuntimeError, match="Invalid NPU device index"):
+        torch.npu.get_device_properties(8)
+    torch.npu.synchronize()
+    torch.npu.synchronize("npu:2")
+    assert torch.accelerator.current_accelerator() == torch.device("npu")
+    assert torch.get_device_module("npu") is torch.npu
+
+
+def test_device_capability_is_none_unless_configured(monkeypatch):
+    monkeypatch.delenv("TORCH_NPU_DEVICE_CAPABILITY", raising=False)
+    with pytest.warns(UserWarning, match="TORCH_NPU_DEVICE_CAPABILITY"):
+        assert torch.npu.get_device_capability() is None
+    monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "8.0")
+    with pytest.warns(UserWarning, match="only for compatibility"):
+        assert torch.npu.get_device_capability(0) == (8, 0)
+
+
+def test_current_device_selection():
+    torch.npu.set_device("npu:2")
+    assert torch.npu.current_device() == 2
+    assert torch.empty(1, device="npu").device == torch.device("npu:2")
+    with torch.npu.device(5):
+        assert torch.npu.current_device() == 5
+        assert torch.zeros(1, device="npu").get_device() == 5
+    assert torch.npu.current_device() == 2
+    with torch.npu.device_of(torch.empty(1, device="npu:4")):
+        assert torch.npu.current_device() == 4
+    with torch.npu.device_of(torch.empty(1)):  # a CPU tensor selects nothing
+        assert torch.npu.current_device() == 2
+    torch.npu.set_device(torch.device("npu", 1))
+    assert torch.accelerator.current_device_index() == 1
+    with pytest.raises(RuntimeError, match="Invalid NPU device index 9"):
+        torch.npu.set_device(9)
+
+
+def test_current_device_is_per_thread():
+    torch.npu.set_device(3)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(torch.npu.current_device()))
+    thread.start()
+    thread.join()
+    assert seen == [0] and torch.npu.current_device() == 3
+
+
+# ---- memory ----------------------------------------------------------------------------------------------
+
+
+def test_memory_statistics_are_real_per_device_numbers():
+    torch.npu.reset_peak_memory_stats(3)
+    base = torch.npu.memory_allocated(3)
+    other = torch.npu.memory_allocated(4)
+    x = torch.empty(MiB, dtype=torch.uint8, device="npu:3")
+    assert torch.npu.memory_allocated(3) == base + MiB
+    assert torch.npu.memory_allocated("npu:4") == other
+    y = x.float()  # a fresh output of the CPU fallback is accounted too
+    assert torch.npu.memory_allocated(3) == base + 5 * MiB
+    del x, y
+    assert torch.npu.memory_allocated(3) == base
+    assert torch.npu.max_memory_allocated(3) >= base + 5 * MiB
+    assert torch.npu.memory_reserved(3) == torch.npu.memory_allocated(3)  # no caching allocator
+    assert torch.npu.max_memory_reserved(3) == torch.npu.max_memory_allocated(3)
+    torch.npu.reset_peak_memory_stats(3)
+    assert torch.npu.max_memory_allocated(3) == base
+    torch.npu.reset_max_memory_allocated(3)
+    torch.npu.empty_cache()
+
+
+def test_memory_stats_summary_and_mem_get_info():
+    with torch.npu.device(6):
+        torch.npu.reset_accumulated_memory_stats()
+        keep = torch.empty(2 * MiB, dtype=torch.uint8, device="npu")
+        free, total = torch.npu.mem_get_info()
+        stats = torch.npu.memory_stats()
+        assert total == 64 << 30 and free == total - torch.npu.memory_allocated()
+        assert stats["allocated_bytes.all.current"] == torch.npu.memory_allocated()
+        assert stats["allocated_bytes.all.allocated"] >= 2 * MiB and stats["allocation.all.allocated"] >= 1
+        assert stats["reserved_bytes.all.peak"] == stats["allocated_bytes.all.peak"]
+        assert stats["num_alloc_retries"] == 0
+        nested = torch.npu.memory_stats_as_nested_dict()
+        assert nested["allocated_bytes"]["all"]["current"] == stats["allocated_bytes.all.current"]
+        assert "device ID 6" in torch.npu.memory_summary() and "2.00 MiB" in torch.npu.memory_summary()
+        del keep
+
+
+def test_torch_accelerator_memory_api_reads_the_same_accounting():
+    with torch.npu.device(7):
+        keep = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+        assert torch.accelerator.memory_allocated() == torch.npu.memory_allocated() >= 3 * MiB
+        assert torch.accelerator.max_memory_allocated() == torch.npu.max_memory_allocated()
+        stats = torch.accelerator.memory_stats()
+        assert stats["allocated_bytes.all.current"] == torch.npu.memory_stats()["allocated_bytes.all.current"]
+        assert torch.accelerator.get_memory_info() == torch.npu.mem_get_info()
+        torch.accelerator.empty_cache()
+        torch.accelerator.reset_peak_memory_stats()
+        assert torch.npu.max_memory_allocated() == torch.npu.memory_allocated()
+        del keep
+
+
+def test_memory_fraction_limit_raises_out_of_memory():
+    torch.npu.set_per_process_memory_fraction(1e-6, 2)  # ~68 KiB
+    try:
+        assert torch.npu.get_per_process_memory_fraction(2) == 1e-6
+        with pytest.raises(torch.OutOfMemoryError, match="NPU out of memory. Tried to allocate 1.00 MiB"):
+            torch.empty(MiB, dtype=torch.uint8, device="npu:2")
+        assert torch.npu.memory_stats(2)["num_ooms"] >= 1
+        torch.empty(MiB, dtype=torch.uint8, device="npu:1")  # other devices are not limited
+    finally:
+        torch.npu.set_per_process_memory_fraction(1.0, 2)
+    with pytest.raises(TypeError):
+        torch.npu.set_per_process_memory_fraction(1, 2)
+
+
+# ---- streams and events ----------------------------------------------------------------------------------
+
+
+def test_streams():
+    default = torch.npu.default_stream()
+    assert torch.npu.current_stream() == default and default.stream_id == 0
+    s = torch.npu.Stream()
+    assert isinstance(s, torch.Stream) and s.device == torch.device("npu:0") and s != default
+    assert torch.npu.Stream(device=3).device == torch.device("npu:3")
+    assert s.query()
+    s.synchronize()
+    with torch.npu.stream(s):
+        assert torch.npu.current_stream() == s
+        assert torch.accelerator.current_stream() == s
+    assert torch.npu.current_stream() == default
+    other = torch.npu.Stream(device=2)
+    with torch.npu.stream(other):  # a stream on another device also selects that device
+        assert torch.npu.current_device() == 2 and torch.npu.current_stream() == other
+    assert torch.npu.current_device() == 0 and torch.npu.current_stream(2).stream_id == 0
+    torch.npu.set_stream(s)
+    assert torch.npu.current_stream() == s
+    torch.npu.set_stream(default)
+    with torch.npu.stream(None):
+        pass
+
+
+def test_events_record_wait_and_time():
+    start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+    assert isinstance(start, torch.npu.Event) and isinstance(start, torch.Event)
+    assert not isinstance(torch.Event(device="cpu"), torch.npu.Event)
+    start.record()
+    x = torch.randn(64, 64, device="npu")
+    for _ in range(5):
+        x = x @ x
+    end.record()
+    end.synchronize()
+    assert start.query() and end.query()
+    assert end.elapsed_time(start) <= 0 <= start.elapsed_time(end)
+    s = torch.npu.Stream()
+    s.wait_event(end)
+    s.wait_stream(torch.npu.current_stream())
+    recorded = s.record_event()
+    assert recorded.query()
+    untimed = torch.npu.Event()
+    untimed.record()
+    with pytest.raises(ValueError, match="enable_timing=True"):  # torch's generic Event checks this first
+        untimed.elapsed_time(end)
+    with pytest.raises((RuntimeError, ValueError), match="must be recorded"):
+        torch.npu.Event(enable_timing=True).elapsed_time(end)
+
+
+# ---- amp, config, graphs ---------------------------------------------------------------------------------
+
+
+def test_amp_names():
+    assert torch.npu.get_amp_supported_dtype() == [torch.float16, torch.bfloat16, torch.float32]
+    assert issubclass(torch.npu.amp.GradScaler, torch.amp.GradScaler)
+    assert issubclass(torch.npu.amp.autocast, torch.amp.autocast)
+    by_torch, by_torch_npu = importlib.import_module("torch.npu.amp"), importlib.import_module("torch_npu.npu.amp")
+    assert by_torch is by_torch_npu is torch.npu.amp  # one module, however it is imported
+    torch.npu.set_autocast_dtype(torch.bfloat16)
+    try:
+        assert torch.npu.get_autocast_dtype() == torch.bfloat16
+        torch.npu.set_autocast_enabled(True)
+        assert torch.npu.is_autocast_enabled()
+    finally:
+        torch.npu.set_autocast_enabled(False)
+        torch.npu.set_autocast_dtype(torch.float16)
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        @torch.npu.amp.custom_fwd(cast_inputs=torch.float32)
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        @torch.npu.amp.custom_bwd
+        def backward(ctx, grad):
+            return grad * 2
+
+    with torch.npu.amp.autocast():
+        out = Double.apply(torch.ones(2, device="npu", dtype=torch.float16))
+    assert out.dtype == torch.float32
+
+
+def test_configuration_switches():
+    assert torch.npu.matmul.allow_hf32 is False and torch.npu.conv.allow_hf32 is True
+    assert torch.npu.config.allow_internal_format is False
+    try:
+        torch.npu.matmul.allow_hf32 = True
+        torch.npu.conv.allow_hf32 = False
+        torch.npu.config.allow_internal_format = True
+        assert torch.npu.matmul.allow_hf32 and not torch.npu.conv.allow_hf32
+        assert torch.npu.config.allow_internal_format
+    finally:
+        torch.npu.matmul.allow_hf32 = False
+        torch.npu.conv.allow_hf32 = True
+        torch.npu.config.allow_internal_format = False
+    assert torch.npu.is_jit_compile_false()
+    torch.npu.set_compile_mode(jit_compile=True)
+    assert not torch.npu.is_jit_compile_false()
+    torch.npu.set_compile_mode(jit_compile=False)
+    torch.npu.set_option({"MM_BMM_ND_ENABLE": "disable"})
+    assert torch.npu.get_mm_bmm_format_nd() is False
+    torch.npu.set_mm_bmm_format_nd(True)
+    with pytest.raises(TypeError):
+        torch.npu.set_option(["not", "a", "dict"])
+
+
+def test_npu_graphs_are_a_clear_error():
+    from ascend_shim.sim.torch_npu.npu import NotEmulatedError
+
+    graph_cls = torch.npu.NPUGraph  # referencing works (transfer_to_npu assigns it to torch.cuda.CUDAGraph)
+    with pytest.raises(NotEmulatedError, match="NPUGraph is not emulated by ascend_shim's sim backend: "):
+        graph_cls()
+    with pytest.raises(NotEmulatedError, match="not emulated"):
+        torch.npu.graph(None)
+    with pytest.raises(NotEmulatedError, match="not emulated"):
+        torch.npu.make_graphed_callables(torch.nn.Linear(2, 2), (torch.randn(1, 2, device="npu"),))
+    with pytest.raises(NotEmulatedError):
+        torch.npu.graph_pool_handle()
+    assert torch.npu.is_current_stream_capturing() is False
+
+
+# ---- the module's name space -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["utilization", "mstx", "set_dump", "FloatTensor", "MemPool", "memory_snapshot",
+                                  "caching_allocator_alloc", "get_npu_overflow_flag", "ExternalStream"])
+def test_unemulated_real_names_raise_not_emulated(name):
+    with pytest.raises(NotImplementedError, match=f"torch.npu.{name} is not emulated by ascend_shim's sim backend"):
+        getattr(torch.npu, name)
+
+
+def test_every_name_of_the_real_module_is_implemented_or_refused():
+    from ascend_shim.sim.torch_npu.npu import _unemulated
+
+    for name in _unemulated.REAL_ALL:
+        try:
+            getattr(torch.npu, name)
+        except _unemulated.NotEmulatedError:
+            assert name in torch.npu.UNEMULATED
+        else:
+            assert name not in torch.npu.UNEMULATED
+    for name in torch.npu.__all__:
+        assert getattr(torch.npu, name) is not None
+
+
+def test_unknown_names_raise_attribute_error():
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_api'"):
+        torch.npu.no_such_api
+    assert not hasattr(torch.npu, "no_such_api")
+    assert getattr(torch.npu, "no_such_api", None) is None
+
+
+def test_warnings_are_not_left_behind():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.npu.memory_allocated()
+        torch.npu.current_stream()
+        torch.randn(2, device="npu").cpu()
