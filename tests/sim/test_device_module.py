@@ -279,6 +279,16 @@ def test_unemulated_real_names_raise_not_emulated(name):
         getattr(torch.npu, name)
 
 
+@pytest.mark.parametrize("qualname", ["memory._record_memory_history", "memory.MemPool", "graphs.graph_task_group_begin",
+                                      "streams.ExternalEvent"])
+def test_unemulated_names_of_submodules_raise_not_emulated(qualname):
+    module, name = qualname.split(".")
+    with pytest.raises(NotImplementedError, match=f"torch.npu.{qualname} is not emulated"):
+        getattr(getattr(torch.npu, module), name)
+    with pytest.raises(AttributeError):
+        getattr(getattr(torch.npu, module), "no_such_name")
+
+
 def test_every_name_of_the_real_module_is_implemented_or_refused():
     from ascend_shim.sim.torch_npu.npu import _unemulated
 

@@ -248,6 +248,9 @@ def test_load_with_map_location():
     assert on_npu1.device == torch.device("npu:1") and torch.equal(on_npu1.cpu(), x.cpu())
     from_cpu = _roundtrip(torch.arange(3.0), map_location=torch.device("npu", 3))
     assert from_cpu.device == torch.device("npu:3") and from_cpu.tolist() == [0.0, 1.0, 2.0]
+    # the rebuild path torch uses for storage-less device tensors also lands on the right npu
+    rebuilt = torch._utils._rebuild_device_tensor_from_cpu_tensor(torch.ones(2), torch.float16, "npu:1", True)
+    assert rebuilt.device == torch.device("npu:1") and rebuilt.dtype == torch.float16 and rebuilt.requires_grad
 
 
 def test_untyped_storage_copies_across_devices():
@@ -348,7 +351,7 @@ def test_explicit_npu_generators():
 
 def test_fork_rng_and_checkpoint_use_the_npu_state():
     torch.npu.manual_seed(3)
-    with torch.random.fork_rng(device_type="npu"):
+    with torch.random.fork_rng(devices=[0], device_type="npu"):
         torch.randn(10, device="npu")
     after_fork = torch.randn(3, device="npu")
     torch.npu.manual_seed(3)

@@ -2,6 +2,7 @@
 //
 // device.cpp   allocator + accounting, device/stream/event guard, hooks, generators, pinned host memory
 // kernels.cpp  the few native kernels (factories, copies, views, set_, resize_) and the zero-copy CPU fallback
+// nn.cpp       kernels for ops torch routes differently on accelerators (convolution, fused RNN cells)
 // autocast.cpp AutocastPrivateUse1 policies (CUDA's op lists)
 // module.cpp   Python bindings
 #pragma once

@@ -7,7 +7,7 @@ RNG, amp and the configuration switches. Every other name of the real module rai
 from __future__ import annotations
 
 from . import amp, graphs, memory, npu_config, random, streams, utils  # noqa: F401
-from ._unemulated import REAL_ALL, REAL_EXTRA, NotEmulatedError, not_emulated
+from ._unemulated import REAL_ALL, REAL_EXTRA, NotEmulatedError, module_getattr
 from .autocast_utils import (get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabled,
                              set_autocast_dtype, set_autocast_enabled)
 from .graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing, make_graphed_callables
@@ -52,8 +52,4 @@ __all__ = [
 # Known names of the real module that are not implemented here.
 UNEMULATED = frozenset(REAL_ALL + REAL_EXTRA) - set(__all__) - set(globals())
 
-
-def __getattr__(name: str):
-    if name in UNEMULATED:
-        raise not_emulated(f"torch.npu.{name}")
-    raise AttributeError(f"module 'torch.npu' has no attribute '{name}'")
+__getattr__ = module_getattr("torch.npu", UNEMULATED)

@@ -42,6 +42,19 @@ REAL_EXTRA = ("ExternalStream", "profiler", "aclnn", "npugraph_ex", "mstx", "dat
               "_npu_setOption", "_get_rng_state_offset", "_set_rng_state_offset")
 
 
+# Names of the real submodules that are not emulated (the bulk copy of transfer_to_npu reaches some of them).
+SUBMODULE_NAMES = {
+    "memory": ("memory_snapshot", "MemPool", "use_mem_pool", "_record_memory_history", "_snapshot",
+               "_dump_snapshot", "caching_allocator_alloc", "caching_allocator_delete", "get_allocator_backend",
+               "change_current_allocator", "NPUPluggableAllocator", "empty_virt_addr_cache", "host_memory_stats",
+               "host_memory_stats_as_nested_dict", "reset_accumulated_host_memory_stats",
+               "reset_peak_host_memory_stats", "host_empty_cache"),
+    "graphs": ("graph_task_group_begin", "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end",
+               "super_kernel_scope_begin", "super_kernel_scope_end"),
+    "streams": ("ExternalStream", "ExternalEvent", "SyncLaunchStream"),
+}
+
+
 class NotEmulatedError(NotImplementedError):
     """A real torch_npu API that ascend_shim's sim backend does not emulate."""
 
@@ -49,3 +62,15 @@ class NotEmulatedError(NotImplementedError):
 def not_emulated(qualname: str, reason: str = "") -> NotEmulatedError:
     message = f"{qualname} is not emulated by ascend_shim's sim backend"
     return NotEmulatedError(message + (f": {reason}" if reason else " (it exists in the real torch_npu)"))
+
+
+def module_getattr(qualname: str, unemulated):
+    """A module ``__getattr__``: known-but-unemulated names raise NotEmulatedError, others AttributeError."""
+    known = frozenset(unemulated)
+
+    def __getattr__(name: str):
+        if name in known:
+            raise not_emulated(f"{qualname}.{name}")
+        raise AttributeError(f"module '{qualname}' has no attribute '{name}'")
+
+    return __getattr__

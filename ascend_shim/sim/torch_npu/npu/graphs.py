@@ -3,7 +3,7 @@
 The names exist so that code which only references them (``torch.cuda.CUDAGraph = torch.npu.NPUGraph``) keeps
 working; using them raises :class:`NotEmulatedError`. No stream is ever capturing.
 """
-from ._unemulated import not_emulated
+from ._unemulated import SUBMODULE_NAMES, module_getattr, not_emulated
 
 __all__ = ["NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables"]
 
@@ -30,3 +30,6 @@ def make_graphed_callables(*args, **kwargs):
 
 def is_current_stream_capturing() -> bool:
     return False
+
+
+__getattr__ = module_getattr("torch.npu.graphs", SUBMODULE_NAMES["graphs"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from ._unemulated import SUBMODULE_NAMES, module_getattr
 from ._utils import _checked_index, _native
 
 __all__ = [
@@ -145,3 +146,6 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
 
 def get_per_process_memory_fraction(device=None) -> float:
     return _native().memory_fraction(_checked_index(device))
+
+
+__getattr__ = module_getattr("torch.npu.memory", SUBMODULE_NAMES["memory"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ._unemulated import SUBMODULE_NAMES, module_getattr
 from ._utils import _checked_index, _get_device_index, _native
 
 __all__ = ["Stream", "Event", "StreamContext", "stream", "set_stream", "current_stream", "default_stream"]
@@ -27,8 +28,7 @@ class Stream(torch.Stream):
 
     @classmethod
     def _wrap(cls, base: torch.Stream) -> "Stream":
-        return super().__new__(cls, stream_id=base.stream_id, device_index=base.device_index,
-                               device_type=base.device_type)
+        return cls(stream_id=base.stream_id, device_index=base.device_index, device_type=base.device_type)
 
     def __repr__(self):
         return f"<torch_npu.npu.Stream device={self.device} stream_id={self.stream_id}>"
@@ -95,3 +95,6 @@ class StreamContext:
 
 def stream(stream) -> StreamContext:
     return StreamContext(stream)
+
+
+__getattr__ = module_getattr("torch.npu.streams", SUBMODULE_NAMES["streams"])
