@@ -33,7 +33,6 @@ class _State:
         self.generation = 0
         self.config: Config | None = None
         self.backend = ""
-        self.sets: list[PatchSet] = []
         self.selected: dict[str, list[Patch]] = {}  # module -> patches to apply on its import
         self.undos: list[tuple[str, object]] = []  # (patch id, undo) in application order
         self.unswept: list[patching.Change] = []  # changes whose `from x import y` copies are not rebound yet
@@ -73,6 +72,20 @@ def _set_selection(s: PatchSet, config: Config, backend: str) -> tuple[str, str]
     if _matches(s.id, config.disable):
         return "disabled", "in ASCEND_SHIM_DISABLE"
     return "active", ""
+
+
+def set_status(s: PatchSet, config: Config, backend: str) -> tuple[str, str, dict]:
+    """(status, reason, installed versions) of a set: selection by toggles and backend, then version gating.
+
+    active / disabled / inactive (not for this backend, or a required distribution is absent) / skipped
+    (a version outside the declared range).
+    """
+    status, reason = _set_selection(s, config, backend)
+    ok, why, found = versions.check_requirements(s.requires)
+    if status == "active" and not ok:
+        status = "inactive" if any(v is None for v in found.values()) else "skipped"
+        reason = why
+    return status, reason, found
 
 
 def _patch_selected(p: Patch, s: PatchSet, config: Config) -> str:
@@ -253,7 +266,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         for name, error in ep_errors:
             REPORT.note(f"entry point {name} could not be loaded: {error}")
             _fail(config, f"patch-set entry point {name} could not be loaded: {error}")
-        _state.config, _state.backend, _state.sets = config, chosen, sets
+        _state.config, _state.backend = config, chosen
         _state.generation += 1
         _state.selected = defaultdict(list)
         _state.undos = []
@@ -266,14 +279,8 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
             hooks.when_imported("torch", lambda m: _on_torch_import(generation, m))
             at_once = []
             for s in sets:
-                status, reason = _set_selection(s, config, chosen)
-                if status == "active":
-                    ok, why, found = versions.check_requirements(s.requires)
-                    if not ok:
-                        missing = any(v is None for v in found.values())
-                        status, reason = ("inactive" if missing else "skipped"), why
-                versions_found = {d: versions.installed_version(d) for d in s.requires}
-                REPORT.record_set(s.id, status, reason, versions=versions_found, source=s.source)
+                status, reason, found = set_status(s, config, chosen)
+                REPORT.record_set(s.id, status, reason, versions=found, source=s.source)
                 if status == "skipped":
                     _fail(config, f"patch set {s.id} skipped: {reason}")
                 if status != "active":
@@ -331,10 +338,6 @@ def current_config() -> Config | None:
 
 def current_backend() -> str:
     return _state.backend if _state.active else ""
-
-
-def patch_sets() -> list[PatchSet]:
-    return list(_state.sets)
 
 
 def set_summary_printing(enabled: bool) -> None:

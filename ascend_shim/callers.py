@@ -34,10 +34,6 @@ def unregister_native(*packages: str) -> None:
         _cache.clear()
 
 
-def native_packages() -> frozenset[str]:
-    return frozenset(_native)
-
-
 @contextlib.contextmanager
 def native_scope():
     """Everything called inside sees the real device answers."""

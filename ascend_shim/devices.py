@@ -64,15 +64,6 @@ def translate(value, *, ints: bool = False):
     return value
 
 
-def is_cuda(value) -> bool:
-    kind = type(value)
-    if kind is str:
-        return value == "cuda" or (value.startswith("cuda:") and value[5:].isdigit())
-    if kind is _TorchDevice:
-        return value.type == "cuda"
-    return False
-
-
 def translate_backend(value):
     """``"nccl"`` -> ``"hccl"``; ``"cpu:gloo,cuda:nccl"`` -> ``"cpu:gloo,npu:hccl"``; anything else unchanged."""
     if type(value) is not str:

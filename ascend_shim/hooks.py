@@ -150,11 +150,6 @@ def on_batch_end(callback: Callable[[], None]) -> None:
             _batch_end.append(callback)
 
 
-def pending() -> dict[str, int]:
-    with _lock:
-        return {name: len(hooks) for name, hooks in _hooks.items()}
-
-
 def clear() -> None:
     """Drop every hook that has not run yet and leave ``sys.meta_path``."""
     with _lock:

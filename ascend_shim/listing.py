@@ -7,20 +7,9 @@ from __future__ import annotations
 
 import json
 
-from . import versions
-from .activation import _patch_selected, _set_selection, _validate_ids
+from .activation import _patch_selected, _validate_ids, set_status
 from .config import Config
-from .registry import PatchSet, all_patch_sets
-
-
-def set_status(s: PatchSet, config: Config) -> tuple[str, str, dict]:
-    backend = "npu" if config.backend == "auto" else config.backend
-    status, reason = _set_selection(s, config, backend)
-    ok, why, found = versions.check_requirements(s.requires)
-    if status == "active" and not ok:
-        status = "inactive" if any(v is None for v in found.values()) else "skipped"
-        reason = why
-    return status, reason, found
+from .registry import all_patch_sets
 
 
 def collect(config: Config) -> list[dict]:
@@ -28,7 +17,7 @@ def collect(config: Config) -> list[dict]:
     _validate_ids(config, sets)
     out = []
     for s in sets:
-        status, reason, found = set_status(s, config)
+        status, reason, found = set_status(s, config, "npu" if config.backend == "auto" else config.backend)
         out.append({
             "id": s.id, "title": s.title, "requires": s.requires, "installed": found, "status": status,
             "reason": reason, "backends": list(s.backends), "default_enabled": s.default_enabled,

@@ -132,10 +132,6 @@ def sweep_aliases(changes: list[Change]) -> None:
                 change.aliases.append((mod_name, name))
 
 
-def changes_of(patch_id: str) -> list[Change]:
-    return [c for c in _changes if c.patch_id == patch_id]
-
-
 def revert(changes: list[Change]) -> None:
     """Undo the given changes (most recent first), aliases included."""
     with _lock:
@@ -186,8 +182,3 @@ def original(target: str):
     if change.original is _MISSING:
         raise KeyError(f"{target} did not exist before ascend_shim added it")
     return bound(change.owner, change.original)
-
-
-def all_changes() -> list[Change]:
-    with _lock:
-        return list(_changes)

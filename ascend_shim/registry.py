@@ -122,9 +122,6 @@ class PatchSet:
 
         return decorate
 
-    def modules(self) -> set[str]:
-        return {p.module for p in self.patches if p.module}
-
 
 def _sets_from(obj: Any, where: str) -> list[PatchSet]:
     if isinstance(obj, types.ModuleType):

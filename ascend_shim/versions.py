@@ -23,12 +23,11 @@ def satisfies(version: str, specifier: str) -> bool:
 
 
 def check_requirements(requires) -> tuple[bool, str, dict[str, str | None]]:
-    """``(ok, reason, found_versions)`` for ``{dist: specifier}`` (a dict or pairs)."""
-    found: dict[str, str | None] = {}
-    items = requires.items() if isinstance(requires, dict) else requires
+    """``(ok, reason, found_versions)`` for ``{dist: specifier}`` (a dict or pairs); every version is looked up."""
+    items = list(requires.items() if isinstance(requires, dict) else requires)
+    found: dict[str, str | None] = {dist: installed_version(dist) for dist, _ in items}
     for dist, spec in items:
-        version = installed_version(dist)
-        found[dist] = version
+        version = found[dist]
         if version is None:
             return False, f"{dist} is not installed", found
         if spec and not satisfies(version, spec):

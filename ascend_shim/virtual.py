@@ -127,10 +127,6 @@ def unregister_alias(name: str) -> None:
         _drop_finder_if_unused()
 
 
-def alias_target(name: str) -> str | None:
-    return _aliases.get(name)
-
-
 def register_distribution(name: str, version: str, summary: str, top_level: tuple[str, ...] = ()) -> None:
     """Answer ``importlib.metadata`` queries for ``name`` unless a real distribution of that name exists."""
     with _lock:
@@ -143,15 +139,3 @@ def unregister_distribution(name: str) -> None:
         _distributions.pop(_normalize(name), None)
         _drop_finder_if_unused()
 
-
-def is_really_installed(dist_name: str) -> bool:
-    """True when a real (on-disk) distribution of that name exists, ignoring our virtual ones."""
-    wanted = _normalize(dist_name)
-    for finder in sys.meta_path:
-        if finder is _finder or not hasattr(finder, "find_distributions"):
-            continue
-        ctx = importlib.metadata.DistributionFinder.Context(name=dist_name)
-        for dist in finder.find_distributions(ctx):
-            if _normalize(dist.metadata["Name"] or "") == wanted:
-                return True
-    return False

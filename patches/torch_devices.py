@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+from ascend_shim.devices import translate
 from ascend_shim.registry import PatchSet
 
 from ._wrappers import note, translate_arg, translate_kwargs
@@ -84,15 +85,11 @@ def _device_kw_call(api):
     def translate_call(args, kwargs):
         value = kwargs.get("device")
         if value is not None:
-            from ascend_shim.devices import translate
-
             new = translate(value, ints=True)
             if new is not value:
                 kwargs["device"] = new
                 note(api, "device", value, new)
         elif args:
-            from ascend_shim.devices import translate
-
             new = translate(args[0], ints=True)
             if new is not args[0]:
                 note(api, "device", args[0], new)
@@ -152,15 +149,12 @@ for _name in ("fftfreq", "rfftfreq"):
                     "calls go straight through (one type check).",
                remove_when=REMOVE)
 def tensor_to(ctx):
-    from ascend_shim.devices import _TorchDevice, translate
+    import torch
 
-    def torch_dtype():
-        import torch
-
-        return torch.float32
+    from ascend_shim.devices import _TorchDevice  # read now: it is bound once torch is imported
 
     orig = ctx.original
-    dtype = type(torch_dtype())
+    dtype = torch.dtype
 
     @functools.wraps(orig)
     def to(self, *args, **kwargs):
@@ -192,8 +186,6 @@ def tensor_to(ctx):
                remove_when=REMOVE)
 def tensor_cuda(ctx):
     import torch
-
-    from ascend_shim.devices import translate
 
     def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
         target = translate(device, ints=True) if device is not None else "npu"
@@ -238,8 +230,6 @@ devices.patch("torch:Tensor.pin_memory", covers=("Tensor.pin_memory",),
                why="model.cuda() moves parameters to CUDA.", what="model.cuda(device=None) -> model.to('npu[:i]').",
                remove_when=REMOVE)
 def module_cuda(ctx):
-    from ascend_shim.devices import translate
-
     def cuda(self, device=None):
         target = translate(device, ints=True) if device is not None else "npu"
         note("Module.cuda", "device", device if device is not None else "cuda", target)
@@ -270,8 +260,6 @@ def module_to_empty(ctx):
                remove_when=REMOVE)
 def load(ctx):
     import torch.serialization as ser
-
-    from ascend_shim.devices import translate
 
     orig = ctx.original
 

@@ -19,6 +19,7 @@ import sysconfig
 import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 import torch
 
@@ -57,12 +58,27 @@ def build_dir() -> Path:
     return cache_root() / cache_key()
 
 
-def _import_built(so_path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, so_path)
+def _import_built(so_path: Path, name: str = MODULE_NAME) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, so_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    sys.modules[MODULE_NAME] = module
+    sys.modules[name] = module
     return module
+
+
+def load_or_build(name: str, directory: Path, build: Callable[[Path], ModuleType]) -> ModuleType:
+    """The extension ``name``: imported from ``directory`` when built there already, else built by
+    ``build(directory)``. Concurrent first builds (every rank under torchrun) serialize on a file lock."""
+    if name in sys.modules:  # loaded already under another import path
+        return sys.modules[name]
+    so_path = directory / f"{name}.so"
+    if not so_path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory.parent / f"{directory.name}.lock", "w") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)  # released by the OS even if this process dies
+            if not so_path.exists():
+                return build(directory)
+    return _import_built(so_path, name)
 
 
 def _build(directory: Path) -> ModuleType:
@@ -85,19 +101,6 @@ def load() -> ModuleType:
     if _module is not None:
         return _module
     with _lock:
-        if _module is not None:
-            return _module
-        if MODULE_NAME in sys.modules:  # loaded already under another import path
-            _module = sys.modules[MODULE_NAME]
-            return _module
-        directory = build_dir()
-        so_path = directory / f"{MODULE_NAME}.so"
-        if not so_path.exists():
-            directory.mkdir(parents=True, exist_ok=True)
-            with open(directory.parent / f"{directory.name}.lock", "w") as lock_file:
-                fcntl.flock(lock_file, fcntl.LOCK_EX)  # released by the OS even if this process dies
-                if not so_path.exists():
-                    _module = _build(directory)
-                    return _module
-        _module = _import_built(so_path)
+        if _module is None:
+            _module = load_or_build(MODULE_NAME, build_dir(), lambda directory: _build(directory))
         return _module

@@ -19,9 +19,7 @@ cached ``.so`` directly.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import importlib.util
 import os
 import sys
 import sysconfig
@@ -525,17 +523,9 @@ def cache_key() -> str:
 
 def build_dir() -> Path:
     """Under the emulator's build cache (``ASCEND_SHIM_SIM_BUILD_DIR``, default ``~/.cache/ascend_shim/sim``)."""
-    root = os.environ.get("ASCEND_SHIM_SIM_BUILD_DIR")
-    root_path = Path(root).expanduser() if root else Path.home() / ".cache" / "ascend_shim" / "sim"
-    return root_path / cache_key()
+    from .._extension import cache_root
 
-
-def _import_built(so_path: Path):
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, so_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[MODULE_NAME] = module
-    return module
+    return cache_root() / cache_key()
 
 
 def _build(directory: Path, verbose: bool):
@@ -567,18 +557,8 @@ def load(verbose: bool = False):
             return _module
         import torch.distributed  # noqa: F401  (registers the c10d pybind types the module derives from)
 
-        if MODULE_NAME in sys.modules:
-            _module = sys.modules[MODULE_NAME]
-            return _module
+        from .._extension import load_or_build
+
         verbose = verbose or os.environ.get("ASCEND_SHIM_SIM_BUILD_VERBOSE") == "1"
-        directory = build_dir()
-        so_path = directory / f"{MODULE_NAME}.so"
-        if not so_path.exists():
-            directory.mkdir(parents=True, exist_ok=True)
-            with open(directory.parent / f"{directory.name}.lock", "w") as lock_file:
-                fcntl.flock(lock_file, fcntl.LOCK_EX)  # released by the OS even if this process dies
-                if not so_path.exists():
-                    _module = _build(directory, verbose)
-                    return _module
-        _module = _import_built(so_path)
+        _module = load_or_build(MODULE_NAME, build_dir(), lambda directory: _build(directory, verbose))
         return _module

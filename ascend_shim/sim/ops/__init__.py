@@ -25,7 +25,7 @@ where the hardware's behaviour is undocumented or where the emulator is stricter
   ``offset`` is drawn from the npu default generator, so ``torch.manual_seed`` reproduces it;
 * TND rows past the last cumulative length (uninitialised on hardware) are zeros.
 """
-from ._common import NotEmulatedError as NotEmulatedError  # public; not in __all__ (not a torch_npu name)
+from ..errors import NotEmulatedError as NotEmulatedError  # public; not in __all__ (not a torch_npu name)
 from .fusion_attention import npu_fusion_attention, npu_fusion_attention_grad
 from .infer_attention import npu_fused_infer_attention_score, npu_incre_flash_attention, npu_prompt_flash_attention
 from .norm_act import npu_rms_norm, npu_swiglu

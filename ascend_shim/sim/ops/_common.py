@@ -13,23 +13,12 @@ from typing import Any, Iterable
 import torch
 
 from .. import counters
+from ..errors import NotEmulatedError  # noqa: F401  (the op modules import it from here)
 
 INT32_MAX = 2147483647
 FLT_MAX = 3.4028234663852886e38  # the kernels fill masked scores with -FLT_MAX ("负的极小值")
 
 _FLOAT_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
-
-
-class NotEmulatedError(NotImplementedError):
-    """A feature the real NPU op supports but ascend_shim's sim backend does not emulate.
-
-    ``NotImplementedError`` is a ``RuntimeError`` subclass, so code catching the hardware's RuntimeError still
-    catches it; the message always says it is a limitation of the emulator, not of the hardware.
-    """
-
-    def __init__(self, op: str, what: str):
-        super().__init__(f"{op}: {what} is not emulated by ascend_shim's sim backend (the real NPU op accepts it; "
-                         f"run on hardware or avoid the feature)")
 
 
 def fail(op: str, msg: str, exc: type = RuntimeError):

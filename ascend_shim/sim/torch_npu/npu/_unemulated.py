@@ -4,6 +4,7 @@ The list is the real ``torch_npu.npu.__all__`` (torch_npu 2.14) minus what the e
 of these raises :class:`NotEmulatedError` rather than returning something plausible but made up. It is a
 ``NotImplementedError``, not an ``AttributeError``, so ``hasattr()`` raises too: the API exists on real hardware.
 """
+from ascend_shim.sim.errors import NotEmulatedError
 
 REAL_ALL = (
     "is_initialized", "init", "set_dump", "synchronize", "device_count", "can_device_access_peer", "set_device",
@@ -53,10 +54,6 @@ SUBMODULE_NAMES = {
                "super_kernel_scope_begin", "super_kernel_scope_end"),
     "streams": ("ExternalStream", "ExternalEvent", "SyncLaunchStream"),
 }
-
-
-class NotEmulatedError(NotImplementedError):
-    """A real torch_npu API that ascend_shim's sim backend does not emulate."""
 
 
 def not_emulated(qualname: str, reason: str = "") -> NotEmulatedError:
