@@ -139,3 +139,11 @@ def unregister_distribution(name: str) -> None:
         _distributions.pop(_normalize(name), None)
         _drop_finder_if_unused()
 
+
+
+def real_distribution(name: str) -> importlib.metadata.Distribution | None:
+    """The really installed distribution ``name`` (ours, the virtual ones, are ignored), or None."""
+    for dist in importlib.metadata.distributions(name=name):
+        if not isinstance(dist, VirtualDistribution):
+            return dist
+    return None

@@ -1,0 +1,1 @@
+"""``flash_attn.layers``: only ``rotary`` is provided on the NPU."""

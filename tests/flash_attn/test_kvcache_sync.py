@@ -1,0 +1,167 @@
+"""flash_attn_with_kvcache (FA2 + FA3) decode vs re-attending the whole prefix; one D2H sync per forward."""
+import pytest
+import torch
+
+from ascend_shim.sim import counters
+
+from .conftest import ref_attention
+
+
+def _rope_ref(x, cos, sin, pos, interleaved):
+    """x (B, S, H, D) rotated at integer positions pos (B, S): written from the formula, no shared code."""
+    rd = cos.shape[-1] * 2
+    c, s = cos[pos].unsqueeze(2).float(), sin[pos].unsqueeze(2).float()
+    xr = x[..., :rd].float()
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xr.chunk(2, dim=-1)
+        out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    return torch.cat((out.to(x.dtype), x[..., rd:]), dim=-1)
+
+
+@pytest.mark.parametrize("mode", ["dense", "paged", "batch_idx", "window_rotary"])
+@pytest.mark.parametrize("api", ["fa2", "fa3"])
+def test_decode_steps_match_full_prefix(fa, mode, api):
+    import flash_attn_interface
+
+    torch.manual_seed(0)
+    B, H, Hk, D, cap, dt = 2, 4, 2, 64, 512, torch.float16
+    prompt = [5]
+    steps = 3
+    window = (4, 0) if mode == "window_rotary" else (-1, -1)
+    interleaved = True
+    total = max(prompt) + steps + 1
+    ks = torch.randn(B, total, Hk, D, dtype=dt)  # the keys/values every position gets
+    vs = torch.randn(B, total, Hk, D, dtype=dt)
+    qs = torch.randn(B, total, H, D, dtype=dt)
+    cos = sin = None
+    if mode == "window_rotary":
+        ang = torch.arange(cap).float()[:, None] * torch.rand(D // 4)[None]  # rotary_dim = D / 2
+        cos, sin = ang.cos().to(dt), ang.sin().to(dt)
+    page = 256
+    if mode == "paged":
+        kc = torch.zeros(6, page, Hk, D, dtype=dt).npu()
+        block_table = torch.tensor([[4, 1], [0, 5]], dtype=torch.int32).npu()
+    else:
+        kc = torch.zeros(B + 1, cap, Hk, D, dtype=dt).npu()
+        block_table = None
+    vc = torch.zeros_like(kc)
+    batch_idx = torch.tensor([2, 0], dtype=torch.int32).npu() if mode == "batch_idx" else None
+    rows = [2, 0] if mode == "batch_idx" else [0, 1]
+
+    def call(q, k, v, seqlens):
+        kw = dict(k=k, v=v, cache_seqlens=seqlens, causal=True, window_size=window, cache_batch_idx=batch_idx,
+                  rotary_cos=cos.npu() if cos is not None else None, rotary_sin=sin.npu() if sin is not None else None)
+        if api == "fa2":
+            return fa.flash_attn_with_kvcache(q, kc, vc, block_table=block_table, rotary_interleaved=interleaved,
+                                              **kw)
+        return flash_attn_interface.flash_attn_with_kvcache(q, kc, vc, page_table=block_table, **kw)
+
+    def cache_row(c, b, n):  # the first n cached positions of batch b
+        if mode == "paged":
+            tbl = block_table.cpu()[b]
+            return torch.cat([c.cpu()[int(p)] for p in tbl])[:n]
+        return c.cpu()[rows[b], :n]
+
+    # a prefill of P tokens, then `steps` one-token decode steps
+    outs = []
+    seqlens = torch.zeros(B, dtype=torch.int32).npu()
+    P = prompt[0]
+    out = call(qs[:, :P].npu(), ks[:, :P].npu(), vs[:, :P].npu(), seqlens)
+    outs.append((0, P, out))
+    seqlens += P
+    for t in range(P, P + steps):
+        out = call(qs[:, t:t + 1].npu(), ks[:, t:t + 1].npu(), vs[:, t:t + 1].npu(), seqlens)
+        outs.append((t, t + 1, out))
+        seqlens += 1  # in place, as decoding loops do: invalidates the cached host list
+    n = P + steps
+    # reference: apply rotary at absolute positions, re-attend over the whole prefix with bottom-right causal
+    pos = torch.arange(total).expand(B, total)
+    kr = _rope_ref(ks, cos, sin, pos, interleaved) if cos is not None else ks
+    qr = _rope_ref(qs, cos, sin, pos, interleaved) if cos is not None else qs
+    for b in range(B):  # caches hold exactly the (rotated) keys/values, written in place
+        torch.testing.assert_close(cache_row(kc, b, n), kr[b, :n], atol=2e-3, rtol=0)
+        torch.testing.assert_close(cache_row(vc, b, n), vs[b, :n], atol=0, rtol=0)
+        untouched = kc.cpu()[rows[b], n:] if mode != "paged" else cache_row(kc, b, 2 * page)[n:]
+        assert untouched.abs().sum() == 0
+    for t0, t1, out in outs:
+        ref, _ = ref_attention(qr[:, t0:t1], kr[:, :t1], vs[:, :t1], causal=True, window=window)
+        assert out.shape == (B, t1 - t0, H, D)
+        assert (out.float().cpu() - ref).abs().max() < 1e-2, (mode, t0)
+
+
+def test_kvcache_returns_lse_and_counts_one_sync_per_step(fa):
+    B, H, D = 2, 2, 32
+    kc = torch.randn(B, 64, H, D, dtype=torch.bfloat16).npu()
+    vc = torch.randn_like(kc)
+    seqlens = torch.tensor([10, 20], dtype=torch.int32).npu()
+    q = torch.randn(B, 1, H, D, dtype=torch.bfloat16).npu()
+    before = counters.d2h_syncs()
+    for _layer in range(4):  # four layers of one decode step share one read of cache_seqlens
+        out, lse = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, return_softmax_lse=True)
+    assert counters.d2h_syncs() - before == 1
+    ref, ref_lse = ref_attention(q.cpu()[1:], kc.cpu()[1:, :20], vc.cpu()[1:, :20])
+    assert (out[1:].float().cpu() - ref).abs().max() < 2e-2
+    torch.testing.assert_close(lse[1:].cpu(), ref_lse, atol=1e-2, rtol=1e-2)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, fa, dim=64, heads=4):
+        super().__init__()
+        self.fa, self.heads = fa, heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, dtype=torch.bfloat16)
+        self.o = torch.nn.Linear(dim, dim, dtype=torch.bfloat16)
+
+    def forward(self, x, cu, max_len):
+        T = x.shape[0]
+        q, k, v = self.qkv(x).view(T, 3, self.heads, -1).unbind(1)
+        y = self.fa.flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, causal=True)
+        return x + self.o(y.reshape(T, -1))
+
+
+def test_n_layer_model_makes_one_d2h_sync_per_forward(fa):
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([_Layer(fa) for _ in range(6)]).npu()
+    lens = [7, 3, 12]
+    x = torch.randn(sum(lens), 64, dtype=torch.bfloat16).npu()
+    for step in range(3):
+        cu = torch.tensor([0, 7, 10, 22], dtype=torch.int32).npu()  # a new tensor per step, as a data loader gives
+        counters.reset()
+        h = x
+        for layer in layers:
+            h = layer(h, cu, 12)
+        assert counters.op_calls("npu_fusion_attention") == 6
+        assert counters.d2h_syncs() == 1, f"step {step}: {counters.d2h_syncs()} syncs"
+        h.float().sum().backward()
+    # an in-place change of the same tensor is seen (no stale host list)
+    cu2 = torch.tensor([0, 7, 10, 22], dtype=torch.int32).npu()
+    a = layers[0](x, cu2, 12)
+    cu2[1:] = torch.tensor([11, 20, 22], dtype=torch.int32).npu()
+    b = layers[0](x, cu2, 12)
+    assert not torch.equal(a[7:11].cpu(), b[7:11].cpu())  # rows 7-10 now continue sequence 0
+
+
+def test_fa3_conventions_nanochat_style(fa):
+    import flash_attn_interface as fa3
+
+    q = torch.randn(2, 6, 4, 32, dtype=torch.bfloat16).npu()
+    k = torch.randn(2, 6, 2, 32, dtype=torch.bfloat16).npu()
+    y = fa3.flash_attn_func(q, k, k, causal=True, window_size=(3, 0))
+    assert isinstance(y, torch.Tensor)  # a bare tensor, not (out, lse)
+    ref, ref_lse = ref_attention(q, k, k, causal=True, window=(3, 0))
+    assert (y.float().cpu() - ref).abs().max() < 2e-2
+    out, lse = fa3.flash_attn_func(q, k, k, causal=True, window_size=(3, 0), return_attn_probs=True)
+    torch.testing.assert_close(lse.cpu(), ref_lse, atol=1e-2, rtol=1e-2)
+    from ascend_shim.errors import UnsupportedOnNPUError
+    with pytest.raises(UnsupportedOnNPUError):
+        fa3.flash_attn_func(q, k, k, q_descale=torch.ones(1))
+
+
+def test_kvcache_softcap_falls_back_exactly(fa):
+    q = torch.randn(2, 1, 2, 32, dtype=torch.float16).npu()
+    kc = torch.randn(2, 16, 2, 32, dtype=torch.float16).npu()
+    out = fa.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=9, softcap=3.0)
+    ref, _ = ref_attention(q, kc[:, :9], kc[:, :9], softcap=3.0)
+    assert (out.float().cpu() - ref).abs().max() < 5e-3

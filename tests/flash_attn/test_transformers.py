@@ -1,0 +1,89 @@
+"""transformers 5.x ``attn_implementation="flash_attention_2"`` with the shim active, vs ``eager``.
+
+Finding (transformers 5.23.0): with the shim active, ``import torch_npu`` succeeds and ``torch.npu.is_available()``
+is True, so ``modeling_flash_attention_utils._lazy_imports`` takes its **first** branch, ``is_torch_npu_available()``
+-> ``transformers.integrations.npu_flash_attention`` (its own ``npu_fusion_attention`` calls: BSND + the compressed
+causal mask + sparse_mode 3, TND varlen for padded batches). It never imports ``flash_attn``: that branch comes
+before the FA2 one, and ``is_flash_attn_2_available()`` is False anyway without CUDA/MLU/MUSA even though our
+provider makes the ``flash_attn`` distribution visible. So transformers' FA2 path does NOT go through this
+provider; the provider serves code that imports ``flash_attn`` itself. This test proves both halves: the fused op
+is called once per layer, no provider function is called, and the logits match ``eager``.
+
+Runs in a subprocess: transformers caches ``is_torch_npu_available()`` at import time.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(r'''
+import copy, json
+import torch
+import ascend_shim
+ascend_shim.activate(backend="sim", inherit=False)
+import flash_attn, flash_attn.flash_attn_interface as fai
+PROVIDER_CALLS = []
+for name in ("flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"):
+    real = getattr(fai, name)
+    def spy(*a, _real=real, _name=name, **kw):
+        PROVIDER_CALLS.append(_name)
+        return _real(*a, **kw)
+    setattr(fai, name, spy)
+    setattr(flash_attn, name, spy)
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.utils import is_flash_attn_2_available, is_torch_npu_available
+from ascend_shim.sim import counters
+
+res = {"npu_available": is_torch_npu_available(), "fa2_available": is_flash_attn_2_available()}
+torch.manual_seed(0)
+dtype = torch.bfloat16
+cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, dtype=dtype)
+state = {k: v.clone() for k, v in LlamaForCausalLM(cfg).to(dtype).state_dict().items()}
+def make(impl):
+    m = LlamaForCausalLM._from_config(copy.deepcopy(cfg), attn_implementation=impl, dtype=dtype)
+    m.load_state_dict(state)
+    return m.to("npu").eval()
+eager, fa2 = make("eager"), make("flash_attention_2")
+ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1)).npu()
+am = torch.ones(2, 12, dtype=torch.long).npu()
+am[1, :3] = 0
+out = {}
+for case, kw in {"unpadded": dict(input_ids=ids), "padded": dict(input_ids=ids, attention_mask=am)}.items():
+    counters.reset()
+    with torch.no_grad():
+        l_fa = fa2(**kw).logits.float().cpu()
+        fa_calls = counters.op_calls("npu_fusion_attention")
+        l_e = eager(**kw).logits.float().cpu()
+    valid = (kw.get("attention_mask", torch.ones_like(ids))).cpu().bool()
+    out[case] = {"fused_calls": fa_calls, "diff": (l_fa - l_e)[valid].abs().max().item(),
+                 "scale": l_e[valid].abs().max().item()}
+res["cases"] = out
+res["provider_calls"] = PROVIDER_CALLS
+print("RESULT " + json.dumps(res))
+''')
+
+
+@pytest.mark.slow
+def test_transformers_flash_attention_2_matches_eager_via_native_npu_path():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    for k in [k for k in env if k.startswith("ASCEND_SHIM") and k != "ASCEND_SHIM_SIM_BUILD_DIR"]:
+        del env[k]
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=str(REPO),
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    assert res["npu_available"] and not res["fa2_available"], res
+    assert res["provider_calls"] == [], res  # transformers' native NPU integration, not our provider
+    for case, r in res["cases"].items():
+        assert r["fused_calls"] == 2, (case, r)  # one npu_fusion_attention per layer
+        assert r["diff"] <= 3e-2 * max(1.0, r["scale"]), (case, r)
