@@ -140,7 +140,6 @@ def unregister_distribution(name: str) -> None:
         _drop_finder_if_unused()
 
 
-
 def real_distribution(name: str) -> importlib.metadata.Distribution | None:
     """The really installed distribution ``name`` (ours, the virtual ones, are ignored), or None."""
     for dist in importlib.metadata.distributions(name=name):

@@ -95,7 +95,13 @@ for _name in ALIASES:
 for _name, _pos in DEVICE_ARG.items():
     def _make(ctx, _name=_name, _pos=_pos):
         fn = _npu(ctx, _name)
-        return fn if _pos is None else translate_arg(fn, f"torch.cuda.{_name}", _pos, ints=False)
+        if _pos is None:
+            return fn
+        if isinstance(fn, type):  # stays a class: `torch.cuda.Stream | None` annotations, isinstance checks
+            new = translate_arg(fn.__new__, f"torch.cuda.{_name}", _pos + 1, ints=False)
+            return type(fn.__name__, (fn,), {"__new__": new, "__module__": fn.__module__,
+                                             "__qualname__": fn.__qualname__, "__doc__": fn.__doc__})
+        return translate_arg(fn, f"torch.cuda.{_name}", _pos, ints=False)
 
     cuda.patch(f"torch.cuda:{_name}", kind="wrap", covers=(f"torch.cuda.{_name}",),
                why=f"torch.cuda.{_name} talks to the CUDA runtime, absent on an NPU machine.",

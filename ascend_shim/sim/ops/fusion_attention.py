@@ -17,6 +17,7 @@ The contract (torch_npu 2.7.1.post11 .. 2.14.0 schema; op-plugin ``FlashAttentio
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -662,6 +663,11 @@ class _FusionAttentionFunction(torch.autograd.Function):
 
 # -------------------------------------------------------------------------------------------------- public ops
 
+def _no_autocast(t):
+    return torch.autocast(t.device.type, enabled=False) if torch.is_autocast_enabled(t.device.type) \
+        else contextlib.nullcontext()
+
+
 def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,
                          scale=1., keep_prob=1., pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
@@ -671,10 +677,11 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
     record(OP)
     check_npu(OP, query=query, key=key, value=value, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
               sink=sink, dropout_mask=dropout_mask)
-    return _npu_fusion_attention(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale,
-                                 keep_prob, pre_tockens, next_tockens, inner_precise, prefix, actual_seq_qlen,
-                                 actual_seq_kvlen, sparse_mode, gen_mask_parallel, sync, softmax_layout, sink,
-                                 dropout_mask, seed, offset)
+    with _no_autocast(query):  # a kernel, not a composite: the caller's autocast does not recast its math
+        return _npu_fusion_attention(query, key, value, head_num, input_layout, pse, padding_mask, atten_mask,
+                                     scale, keep_prob, pre_tockens, next_tockens, inner_precise, prefix,
+                                     actual_seq_qlen, actual_seq_kvlen, sparse_mode, gen_mask_parallel, sync,
+                                     softmax_layout, sink, dropout_mask, seed, offset)
 
 
 def _npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,

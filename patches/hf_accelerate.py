@@ -1,0 +1,51 @@
+"""accelerate on the NPU: its own NPU paths (it checks the NPU before CUDA), and ``backend="nccl"`` accepted.
+
+accelerate picks ``hccl`` and ``npu:LOCAL_RANK`` on Ascend by itself. Two things break an unmodified job:
+CUDA reported as available to accelerate's other CUDA-first checks, and an explicit NCCL backend
+(``TrainingArguments(ddp_backend="nccl")``, ``PartialState(backend="nccl")``), which accelerate >= 1.x refuses
+with "Your assigned backend nccl is not available, please use hccl".
+"""
+from __future__ import annotations
+
+import functools
+
+from ascend_shim.registry import PatchSet
+
+from ._hf_common import REMOVE, declare_native, npu_available, real_cuda_available
+
+hf_accelerate = PatchSet(
+    id="hf_accelerate", title="accelerate: its native NPU paths; backend='nccl' -> 'hccl'",
+    requires={"accelerate": ">=1.0,<1.16"},
+    checked_against="accelerate 1.15.0 (torch 2.13.0 CPU + sim backend)",
+)
+declare_native(hf_accelerate, "accelerate")
+
+
+@hf_accelerate.patch(
+    "accelerate.state:PartialState.__init__", covers=("nccl", "ddp_backend"),
+    why="accelerate raises 'Your assigned backend nccl is not available, please use hccl' when a CUDA job names "
+        "NCCL (TrainingArguments(ddp_backend='nccl'), PartialState(backend='nccl')) on an NPU.",
+    what="backend='nccl' (or 'cpu:gloo,cuda:nccl') becomes 'hccl' ('cpu:gloo,npu:hccl') when the NPU is the "
+         "accelerator (reported); other backends are left alone.",
+    remove_when=REMOVE)
+def partial_state_init(ctx):
+    from ascend_shim.devices import translate_backend
+
+    from ._wrappers import note
+
+    orig = ctx.original
+
+    @functools.wraps(orig)
+    def __init__(self, *args, **kwargs):
+        backend = kwargs.get("backend")
+        if backend is not None and npu_available() and not real_cuda_available():
+            new = translate_backend(backend)
+            if new != backend:
+                note("accelerate.PartialState", "backend", backend, new)
+                kwargs["backend"] = new
+        return orig(self, *args, **kwargs)
+
+    return __init__
+
+
+PATCH_SETS = [hf_accelerate]

@@ -1,0 +1,53 @@
+"""trl on the NPU: its native NPU paths, and a clear stop where its vLLM server weight sync needs CUDA.
+
+Without vLLM, GRPO/DPO/SFT trainers delegate devices to accelerate and run on the NPU as they are
+(targets.md section 5.3). trl 1.16's server-mode weight sync (``VLLMClient.init_communicator``) goes through
+vLLM's NCCL weight-transfer engine and refuses a non-CUDA device with a NotImplementedError; colocate mode
+(``vllm_mode="colocate"``) builds ``vllm.LLM`` in-process, which the ``vllm`` set prepares for vllm-ascend.
+(Older trl read ``torch.cuda.get_device_properties(device).uuid`` there and moved FSDP params to ``"cuda"``;
+trl 1.16 no longer does either.)
+"""
+from __future__ import annotations
+
+import functools
+
+from ascend_shim.registry import PatchSet
+
+from ._hf_common import declare_native, npu_available, real_cuda_available, unsupported
+
+hf_trl = PatchSet(
+    id="hf_trl", title="trl: its native NPU paths; vLLM server weight sync stops with a clear error",
+    requires={"trl": ">=0.18,<1.17"},
+    checked_against="trl 1.16.0 (torch 2.13.0 CPU + sim backend; GRPO + LoRA without vLLM)",
+)
+declare_native(hf_trl, "trl")
+
+
+@hf_trl.patch(
+    "trl.generation.vllm_client:VLLMClient.init_communicator", fidelity="unsupported",
+    covers=("trl.vllm_client",), requires={"trl": ">=1.10"},
+    why="trl's server-mode weight sync joins vLLM's NCCL weight-transfer engine; with the trainer on an NPU "
+        "it fails with 'needs a CUDA device' after the vLLM server is already up.",
+    what="with an NPU device, raises UnsupportedOnNPUError naming vllm_mode='server' weight sync and the ways "
+         "out (vllm_mode='colocate', or use_vllm=False); a CUDA device is passed through.",
+    remove_when="trl/vllm-ascend provide an HCCL weight-transfer engine for server mode")
+def init_communicator(ctx):
+    import torch
+
+    orig, report, pid = ctx.original, ctx.report, ctx.patch.id
+
+    @functools.wraps(orig)
+    def init_communicator(self, device=0):
+        dev = torch.device(device) if not isinstance(device, int) else None
+        on_npu = (dev is not None and dev.type == "npu") or (dev is None and npu_available()
+                                                              and not real_cuda_available())
+        if on_npu:
+            raise unsupported(report, pid, "trl GRPOConfig(use_vllm=True, vllm_mode='server') weight sync",
+                              "vLLM's NCCL weight-transfer engine needs CUDA; use vllm_mode='colocate' (vLLM runs "
+                              "in-process on vllm-ascend) or use_vllm=False (generation with model.generate).")
+        return orig(self, device)
+
+    return init_communicator
+
+
+PATCH_SETS = [hf_trl]
