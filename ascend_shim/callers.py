@@ -18,7 +18,10 @@ import threading
 
 _lock = threading.Lock()
 _native: set[str] = {"torch"}  # top-level package names whose calls get the real answers
-_cache: dict[object, bool] = {}  # code object -> is it native?
+# id(code) -> (code, is it native?). Keyed by identity: code objects compare by value (not by file), so two
+# identical small functions, one in user code and one in a library, would share an entry; the stored code
+# object keeps its id from being reused.
+_cache: dict[int, tuple[object, bool]] = {}
 _scope = contextvars.ContextVar("ascend_shim_native_scope", default=0)
 
 
@@ -54,9 +57,9 @@ def caller_is_native(depth: int = 2) -> bool:
         name = g.get("__name__") or ""
         if not (name.startswith("ascend_shim") or g.get("__ascend_shim_internal__")):
             code = frame.f_code
-            hit = _cache.get(code)
-            if hit is None:
-                hit = _cache[code] = name.partition(".")[0] in _native
-            return hit
+            entry = _cache.get(id(code))
+            if entry is None or entry[0] is not code:
+                entry = _cache[id(code)] = (code, name.partition(".")[0] in _native)
+            return entry[1]
         frame = frame.f_back
     return False

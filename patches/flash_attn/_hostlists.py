@@ -8,7 +8,9 @@ layers). Two tensors read together (``cu_seqlens_q`` and ``cu_seqlens_k``) cost 
 Invalidation: an entry is keyed on the tensor object (a weak reference: the entry dies with the tensor) and
 validated on every hit against ``(data_ptr, _version, shape, stride, device)``; an in-place update
 (``cache_seqlens += 1``) bumps ``_version``, a ``set_`` changes ``data_ptr``/shape, so a stale list is never
-served. Host (cpu) tensors are read directly and not cached (no sync to save).
+served. Host (cpu) tensors are read directly and not cached (no sync to save). Inference tensors (made under
+``torch.inference_mode``, as generation loops do) have no version counter, so an in-place update could not be
+detected: they are read on every call (still one transfer per call), never cached.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def host_lists(*tensors: torch.Tensor) -> list[list[int]]:
         if t.device.type == "cpu":
             out[i] = t.tolist()
             continue
-        hit = _lookup(t)
+        hit = None if t.is_inference() else _lookup(t)
         if hit is not None:
             out[i] = hit
         elif not any(tensors[j] is t for j in todo):
@@ -65,7 +67,8 @@ def host_lists(*tensors: torch.Tensor) -> list[list[int]]:
         for i, part in zip(todo, parts):
             values = flat[pos:pos + part.numel()]
             pos += part.numel()
-            _store(tensors[i], values)
+            if not tensors[i].is_inference():
+                _store(tensors[i], values)
             out[i] = values
     for i, t in enumerate(tensors):
         if out[i] is None:  # a duplicate of a tensor read above

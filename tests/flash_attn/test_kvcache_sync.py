@@ -165,3 +165,24 @@ def test_kvcache_softcap_falls_back_exactly(fa):
     out = fa.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=9, softcap=3.0)
     ref, _ = ref_attention(q, kc[:, :9], kc[:, :9], softcap=3.0)
     assert (out.float().cpu() - ref).abs().max() < 5e-3
+
+
+
+def test_inference_mode_decode_sees_lengths_advanced_in_place(fa):
+    """Generation loops decode under torch.inference_mode, where tensors have no version counter; lengths
+    advanced in place (``cache_seqlens += 1``, as nanochat's Engine) must never be served from a stale list."""
+    torch.manual_seed(0)
+    B, H, D, cap, dt = 1, 2, 64, 16, torch.float16
+    with torch.inference_mode():
+        k_cache = torch.zeros(B, cap, H, D, dtype=dt, device="npu")
+        v_cache = torch.zeros_like(k_cache)
+        seqlens = torch.zeros(B, dtype=torch.int32, device="npu")
+        ks, vs = [], []
+        for _ in range(3):
+            q, k, v = (torch.randn(B, 1, H, D, dtype=dt) for _ in range(3))
+            ks.append(k), vs.append(v)
+            out = fa.flash_attn_with_kvcache(q.to("npu"), k_cache, v_cache, k=k.to("npu"), v=v.to("npu"),
+                                             cache_seqlens=seqlens, causal=True)
+            seqlens += 1
+            ref, _ = ref_attention(q, torch.cat(ks, 1), torch.cat(vs, 1), causal=True)
+            assert (out.cpu().float() - ref).abs().max() < 2e-3
