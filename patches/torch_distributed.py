@@ -274,4 +274,31 @@ for _cuda_var, _npu_var in ENV.items():
                       what=f"{_npu_var} is set from {_cuda_var} when it is unset (before torch_npu starts).",
                       remove_when=REMOVE, id=f"environment.{_cuda_var}")(_env_factory(_cuda_var, _npu_var))
 
+ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+@environment.patch("torch", kind="env", id="environment.alloc-conf-at-torch-import",
+                   covers=("env:PYTORCH_ALLOC_CONF", "env:PYTORCH_CUDA_ALLOC_CONF"),
+                   why="training scripts often set os.environ['PYTORCH_ALLOC_CONF'] in their first lines, after "
+                       "the shim translated the environment but before importing torch (nanochat's base_train, "
+                       "chat_sft); the NPU allocator reads only PYTORCH_NPU_ALLOC_CONF.",
+                   what="when torch is imported (before any device allocation), PYTORCH_NPU_ALLOC_CONF is set from "
+                        "PYTORCH_ALLOC_CONF (or PYTORCH_CUDA_ALLOC_CONF) unless it is already set; reported.",
+                   remove_when="torch_npu reads PYTORCH_ALLOC_CONF")
+def alloc_conf_at_torch_import(ctx):
+    import os
+
+    from ascend_shim.errors import NotNeeded
+
+    if os.environ.get("PYTORCH_NPU_ALLOC_CONF") is not None:
+        raise NotNeeded("PYTORCH_NPU_ALLOC_CONF is already set")
+    for var in ALLOC_VARS:
+        value = os.environ.get(var)
+        if value is not None:
+            ctx.set_env("PYTORCH_NPU_ALLOC_CONF", value, f"PYTORCH_NPU_ALLOC_CONF set from {var}={value!r} "
+                                                         "(set by the program before importing torch)")
+            return None
+    raise NotNeeded("no PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in the environment")
+
+
 PATCH_SETS = [dist, environment]
