@@ -25,10 +25,13 @@ _cache: dict[int, tuple[object, bool]] = {}
 _scope = contextvars.ContextVar("ascend_shim_native_scope", default=0)
 
 
-def register_native(*packages: str) -> None:
+def register_native(*packages: str) -> tuple[str, ...]:
+    """Declare ``packages`` native; returns those that were not already (what the caller must unregister)."""
     with _lock:
-        _native.update(packages)
+        added = tuple(p for p in dict.fromkeys(packages) if p not in _native)
+        _native.update(added)
         _cache.clear()
+    return added
 
 
 def unregister_native(*packages: str) -> None:

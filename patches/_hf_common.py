@@ -26,8 +26,8 @@ def declare_native(pset: PatchSet, *packages: str) -> None:
     def native(ctx):
         from ascend_shim.callers import register_native, unregister_native
 
-        register_native(*packages)
-        return lambda: unregister_native(*packages)
+        added = register_native(*packages)
+        return lambda: unregister_native(*added)
 
 
 def real_cuda_available() -> bool:

@@ -151,4 +151,28 @@ def cudnn_flags(ctx):
     return undo
 
 
+@features.patch("torch.jit._builtins:_find_builtin", covers=("torch.jit.script",),
+                why="TorchScript compiles a call to torch.arange(...) etc. only if the callee is in its builtin "
+                    "table, which torch builds at import, before the shim wraps the factories; @torch.jit.script "
+                    "functions calling a wrapped factory then fail to compile (realhf's "
+                    "compute_varlen_position_indices, at import).",
+                what="a shim wrapper of a torch builtin is compiled as that builtin (its __wrapped__ original); "
+                     "inside scripted code device arguments are therefore not translated (tensor.device is "
+                     "already npu; a literal 'cuda' there is not).",
+                remove_when=REMOVE)
+def jit_find_builtin(ctx):
+    orig = ctx.original
+
+    @functools.wraps(orig)
+    def _find_builtin(fn):
+        op = orig(fn)
+        if op is None and getattr(fn, "__ascend_shim_patch__", None):
+            inner = getattr(fn, "__wrapped__", None)
+            if inner is not None:
+                op = orig(inner)
+        return op
+
+    return _find_builtin
+
+
 PATCH_SETS = [features]

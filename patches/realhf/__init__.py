@@ -1,0 +1,134 @@
+"""realhf (AReaL's legacy ``realhf`` package, removed from AReaL main on 2026-01-07): CUDA-only by construction.
+
+realhf decides "GPU or CPU" with ``torch.cuda.is_available()`` (``base/constants.py: use_cuda()``) and has no NPU
+code, so it takes the full redirect the torch-level sets give user code (cuda devices, nccl, torch.cuda.*,
+``@torch.compile`` on the inductor-free backend). Its attention calls ``flash_attn`` directly for any non-CPU
+tensor -- ``flash_attn_varlen_func`` (packed prefill) and ``flash_attn_with_kvcache`` with fused rotary
+(``rotary_cos/sin`` offset by ``cache_seqlens``) and in-place caches (decode); the flash_attn set's provider
+serves both. What is left is realhf's own:
+
+* ``pynvml``: imported at the top of ``base/monitor.py``, ``base/testing.py`` (reached by every model import via
+  ``api/from_hf/*``) and ``system/model_worker.py``; on Ascend it is absent or cannot find NVML. This set answers
+  ``import pynvml`` with an NPU-backed module (counts, names, memory from ``torch.npu.mem_get_info``,
+  utilization from ``torch.npu.utilization`` or a reported neutral 0; the rest raises NVMLError_NotSupported);
+* CUDA graphs: ``GenerationHyperparameters.use_cuda_graph`` defaults to True and decoding captures
+  ``torch.cuda.CUDAGraph``s around the kv-cache attention step. The shim maps CUDAGraph to NPUGraph, but
+  capturing realhf's decode step (host-side cache lengths in the NPU attention call) is not known to work, so
+  decoding runs eagerly (reported); disable patch ``realhf.no_cuda_graph`` to keep graphs (NPUGraph);
+* ``torch.cuda.jiterator._create_jit_fn`` runs at import of ``impl/model/modules/activations.py``: creating a
+  jiterator function is allowed (it fails only when called, as on a CPU build of torch).
+
+realhf never had a distribution of its own (AReaL's wheels include only ``areal*``; realhf runs from a checkout),
+so the gate reads ``realhf/version.py``.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+from ascend_shim.registry import PatchSet
+
+from .._projects import gate
+
+REMOVE = "realhf is no longer used (AReaL main has no realhf since 2026-01-07)"
+SPEC = ">=0.3.0.dev0,<0.4"
+realhf = PatchSet(
+    id="realhf", title="realhf (legacy AReaL): pynvml on the NPU, CUDA-graph decoding off, jiterator at import",
+    checked_against="inclusionAI/AReaL @ c5711f06a7a8 (2026-01-07, last commit with realhf/, realhf.version "
+                    f"0.3.0-dev), run from a checkout; gated on realhf/version.py ({SPEC})",
+)
+
+
+def _gate():
+    return gate(None, "realhf", SPEC)
+
+
+@realhf.patch("realhf", kind="call", id="realhf.pynvml", covers=("pynvml",), fidelity="fallback",
+              why="realhf imports pynvml at module level (base/monitor.py, base/testing.py -- reached by every model "
+                  "import --, system/model_worker.py) and calls nvmlInit/GetMemoryInfo/GetUtilizationRates; on "
+                  "Ascend pynvml is absent, or installed without an NVIDIA driver (nvmlInit fails).",
+              what="when realhf is imported (its __init__ imports only its version), `import pynvml` is answered by "
+                   "an NPU-backed pynvml: device count/name, memory (torch.npu.mem_get_info), utilization "
+                   "(torch.npu.utilization, or 0 reported as neutral); other NVML calls raise "
+                   "NVMLError_NotSupported. Undone on deactivation.",
+              remove_when=REMOVE)
+def provide_pynvml(ctx):
+    _gate()
+    real = sys.modules.get("pynvml")
+    if real is not None and not getattr(real, "__name__", "").startswith("ascend_shim"):
+        # imported before realhf: later `import pynvml` statements must get the NPU answer too
+        del sys.modules["pynvml"]
+        ctx.on_undo(lambda: sys.modules.__setitem__("pynvml", real))
+    ctx.provide_module("pynvml", f"{__name__}.pynvml")
+
+
+@realhf.patch("realhf.api.cli_args:GenerationHyperparameters.__post_init__", id="realhf.no_cuda_graph",
+              fidelity="fallback", covers=("cuda-graph", "torch.cuda.CUDAGraph"),
+              why="use_cuda_graph defaults to True: realhf captures its decode step (kv-cache attention with "
+                  "host-side cache lengths) in torch.cuda.CUDAGraph; capturing that step as an NPUGraph is not "
+                  "known to work, and the emulator has no graph runtime.",
+              what="GenerationHyperparameters.use_cuda_graph is set to False (decoding runs eagerly; reported once "
+                   "per process). Disable this patch to keep graphs: torch_cuda maps CUDAGraph to NPUGraph.",
+              remove_when="realhf's decode step is verified under NPUGraph capture")
+def no_cuda_graph(ctx):
+    _gate()
+    orig, report = ctx.original, ctx.report
+
+    @functools.wraps(orig)
+    def __post_init__(self, *args, **kwargs):
+        if getattr(self, "use_cuda_graph", False):
+            self.use_cuda_graph = False
+            report.fallback("realhf GenerationHyperparameters.use_cuda_graph",
+                            "True -> False: CUDA-graph decoding runs eagerly on the NPU")
+        return orig(self, *args, **kwargs)
+
+    return __post_init__
+
+
+_JIT_FACTORIES = ("_create_jit_fn", "_create_multi_output_jit_fn")
+
+
+@realhf.patch("realhf", kind="call", id="realhf.jiterator_at_import", covers=("torch.cuda.jiterator",),
+              fidelity="unsupported",
+              why="realhf/impl/model/modules/activations.py creates jiterator functions at import "
+                  "(torch.cuda.jiterator._create_jit_fn); torch_cuda makes any jiterator use an immediate error, "
+                  "so every realhf model import would fail although realhf never calls those functions on its "
+                  "model path (SwiGLUFunction is unused there).",
+              what="for callers inside realhf, creating a jiterator function succeeds (as on a CPU build of torch) "
+                   "and calling it raises UnsupportedOnNPUError naming it; other code keeps torch_cuda's answer.",
+              remove_when=REMOVE)
+def jiterator_at_import(ctx):
+    import types
+
+    import torch
+    import torch.cuda
+
+    from ascend_shim.errors import NotNeeded, UnsupportedOnNPUError
+
+    _gate()
+    current = torch.cuda.__dict__.get("jiterator")
+    if current is None or current is sys.modules.get("torch.cuda.jiterator"):
+        raise NotNeeded("torch.cuda.jiterator is torch's own (creating a function works)")
+    report, pid = ctx.report, ctx.patch.id
+
+    def deferred(factory_name, code, *args, **kwargs):
+        name = getattr(code, "__name__", None) or str(code).split("(")[0].split()[-1][:40]
+
+        def jit_fn(*a, **k):
+            report.unsupported(f"torch.cuda.jiterator.{factory_name}", f"calling jiterator function {name}")
+            raise UnsupportedOnNPUError(f"CUDA jiterator function {name}", pid,
+                                        "Use the PyTorch implementation of this function on the NPU.")
+
+        jit_fn.__name__ = jit_fn.__qualname__ = f"jiterator_{name}"
+        return jit_fn
+
+    class _RealhfJiterator(types.ModuleType):
+        def __getattr__(self, attr):
+            if attr in _JIT_FACTORIES and sys._getframe(1).f_globals.get("__name__", "").startswith("realhf"):
+                return functools.partial(deferred, attr)
+            return getattr(current, attr)
+
+    ctx.replace(torch.cuda, "jiterator", _RealhfJiterator("torch.cuda.jiterator", current.__doc__))
+
+
+PATCH_SETS = [realhf]

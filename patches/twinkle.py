@@ -1,0 +1,138 @@
+"""Twinkle (modelscope/twinkle, distribution ``twinkle-kit``): its own NPU platform, chosen under the shim.
+
+Twinkle supports Ascend natively (``twinkle/utils/platforms/npu.py``: 'npu', hccl, ASCEND_RT_VISIBLE_DEVICES,
+HCCL port ranges; ``kernel/npu_impls``; ``hccl_checkpoint_engine``), but decides the device in two CUDA-first
+places: ``Torch.is_gpu_available()`` (``torch.cuda.is_available()``, checked before ``is_npu_available()`` in
+get_device/set_device/seed_everything/empty_cache) and ``Platform.get_platform()`` (``npu-smi`` on PATH, else
+``nvidia-smi``, else MPS, else **GPU**). User cookbooks name the accelerator ``DeviceMesh(device_type='cuda')``
+and ``DeviceGroup(device_type='GPU')``. This set:
+
+* declares Twinkle NPU-native (its frames get the real CUDA answers): ``is_gpu_available()`` is False, the NPU
+  branches run ('npu:N', torch.npu.set_device, ASCEND_LAUNCH_BLOCKING / HCCL_DETERMINISTIC);
+* makes ``Platform.get_platform()`` answer ``NPU`` when the NPU backend is up -- also where ``npu-smi`` is not on
+  PATH (containers, the emulator), where upstream would fall back to GPU -- and maps an explicit 'GPU'/'CUDA'
+  request to ``NPU`` (reported);
+* translates ``device_type='cuda'`` of Twinkle's ``DeviceMesh`` and 'GPU'/'cuda' of ``DeviceGroup`` to the NPU
+  names (reported). torch's own ``DeviceMesh``/``init_device_mesh('cuda')`` are translated by torch_distributed.
+
+Leftover ``device='cuda'`` sites (``utils/nccl_safe.py`` zero-loss fallback, native_fsdp's ``or 'cuda'``) are
+covered by torch_devices; ring attention's private ``flash_attn.flash_attn_interface._flash_attn_varlen_forward
+/_backward`` are served by the flash_attn set's provider.
+"""
+from __future__ import annotations
+
+import functools
+
+from ascend_shim.registry import PatchSet
+
+from ._projects import gate, register_native
+
+REMOVE = "Twinkle checks the NPU before CUDA and no longer falls back to GPU without nvidia-smi"
+SPEC = ">=0.4.0.dev0,<0.6"
+twinkle = PatchSet(
+    id="twinkle", title="Twinkle: its NPU platform, 'cuda'/'GPU' device meshes and groups -> npu/NPU",
+    checked_against="twinkle-kit 0.5.1 (PyPI wheel) and modelscope/twinkle @ 1a1d8845dc6d (0.4.0.dev0); gated "
+                    f"on the twinkle-kit distribution's version, or twinkle/version.py for a checkout ({SPEC})",
+)
+
+
+def _gate():
+    return gate("twinkle-kit", "twinkle", SPEC)
+
+
+def _npu_up() -> bool:
+    import torch
+
+    try:
+        return bool(torch.npu.is_available())
+    except Exception:
+        return False
+
+
+@twinkle.patch("process:twinkle-native-platform", kind="call", id="twinkle.native_platform",
+               covers=("torch.cuda.is_available",),
+               why="Twinkle's Torch.is_gpu_available() (torch.cuda.is_available()) is checked before its NPU "
+                   "branch; with the answer user code gets (True) Twinkle builds 'cuda:N' devices and sets "
+                   "CUDA-only flags (CUDA_LAUNCH_BLOCKING, cuDNN) next to an NPU Platform.",
+               what="Twinkle is registered NPU-native: its frames get the real CUDA answers (False on an NPU), "
+                    "so its NPU branches run. Registered at activation (is_gpu_available is lru_cached); undone "
+                    "on deactivation.",
+               remove_when=REMOVE)
+def native_platform(ctx):
+    _gate()
+    register_native(ctx, "twinkle")
+
+
+@twinkle.patch("twinkle.utils.platforms.base:Platform.get_platform", id="twinkle.get_platform",
+               covers=("program:nvidia-smi",),
+               why="get_platform() picks NPU only if npu-smi is on PATH and otherwise falls back to GPU (cuda, "
+                   "nccl, CUDA_VISIBLE_DEVICES); cookbooks and Ray helpers also ask for 'GPU' explicitly.",
+               what="with the NPU backend up, get_platform() and get_platform('GPU'/'CUDA') answer Twinkle's NPU "
+                    "platform (the explicit GPU request is reported); 'NPU', 'MPS' and an NPU-less process are "
+                    "unchanged.",
+               remove_when=REMOVE)
+def get_platform(ctx):
+    _gate()
+    orig, report = ctx.original, ctx.report
+
+    @functools.wraps(orig)
+    def get_platform(platform=None):
+        if platform is None or str(platform).upper() in ("GPU", "CUDA"):
+            if _npu_up():
+                if platform is not None:
+                    report.translated("twinkle Platform.get_platform", f"{platform!r} -> 'NPU'")
+                return orig("NPU")
+        return orig(platform)
+
+    return staticmethod(get_platform)
+
+
+def _translate_mesh_type(value):
+    if isinstance(value, str) and value.partition(":")[0].strip().lower() == "cuda":
+        return "npu"
+    return value
+
+
+@twinkle.patch("twinkle.utils.device_mesh:DeviceMesh.__post_init__", id="twinkle.device_mesh",
+               covers=("DeviceMesh",),
+               why="cookbooks build twinkle.DeviceMesh(device_type='cuda', ...); the mesh then creates torch "
+                   "device meshes, process groups and tensors on 'cuda'.",
+               what="device_type 'cuda' becomes 'npu' (reported) before Twinkle's own checks run.",
+               remove_when="never while CUDA-targeted cookbooks must run unmodified on Ascend")
+def device_mesh_post_init(ctx):
+    _gate()
+    orig, report = ctx.original, ctx.report
+
+    @functools.wraps(orig)
+    def __post_init__(self, *args, **kwargs):
+        new = _translate_mesh_type(self.device_type)
+        if new != self.device_type:
+            report.translated("twinkle DeviceMesh", f"device_type={self.device_type!r} -> {new!r}")
+            self.device_type = new
+        return orig(self, *args, **kwargs)
+
+    return __post_init__
+
+
+@twinkle.patch("twinkle.utils.device_mesh:DeviceGroup.__init__", id="twinkle.device_group", covers=(),
+               why="cookbooks declare DeviceGroup(device_type='GPU' or 'cuda'); Ray placement then asks for GPU "
+                   "resources and CUDA_VISIBLE_DEVICES, which an Ascend node does not offer.",
+               what="device_type 'GPU'/'cuda' becomes 'NPU' (reported) when the NPU backend is up; 'CPU' and "
+                    "'NPU' are unchanged.",
+               remove_when="never while CUDA-targeted cookbooks must run unmodified on Ascend")
+def device_group_init(ctx):
+    _gate()
+    orig, report = ctx.original, ctx.report
+
+    @functools.wraps(orig)
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        value = getattr(self, "device_type", None)
+        if isinstance(value, str) and value.strip().upper() in ("GPU", "CUDA") and _npu_up():
+            report.translated("twinkle DeviceGroup", f"device_type={value!r} -> 'NPU'")
+            self.device_type = "NPU"
+
+    return __init__
+
+
+PATCH_SETS = [twinkle]
