@@ -12,7 +12,7 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import REMOVE, declare_native, npu_available, real_cuda_available, unsupported
+from ._hf_common import declare_native, npu_available, real_cuda_available, unsupported
 
 hf_transformers = PatchSet(
     id="hf_transformers", title="transformers: its native NPU paths; tf32, fused AdamW, bitsandbytes/Liger options",

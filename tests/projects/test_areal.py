@@ -1,8 +1,8 @@
 """AReaL main under the shim: its own NPU platform (hccl, ASCEND_RT_VISIBLE_DEVICES per vLLM server).
 
 Two kinds of tests: a fixture package (tests/projects/areal_like, our own few lines with AReaL's CUDA-first
-detection) run with ``ascend-shim run --simulate``; and the real ``areal`` from PyPI (installed ``--no-deps``),
-skipped where it is not installed.
+detection) run with ``ascend-shim run --simulate``; and the real ``areal`` from PyPI (installed ``--no-deps``
+by the test command, tests/requirements-nodeps.txt).
 """
 import json
 import os
@@ -54,7 +54,7 @@ def _real_areal():
         import areal.infra.launcher.vllm_server  # noqa: F401
         from areal.infra import platforms
     except Exception as exc:  # not installed, or a dependency of its launcher missing
-        pytest.skip(f"areal not importable here: {type(exc).__name__}: {exc}")
+        pytest.fail(f"areal (tests/requirements-nodeps.txt) not importable: {type(exc).__name__}: {exc}")
     return platforms
 
 
