@@ -76,8 +76,9 @@ def coverage_table(data: list[dict]) -> str:
     """The README coverage table: per patch set, one row per patch (sets folded with <details>)."""
     out = []
     for s in data:
-        req = ", ".join(f"{d} {spec}" for d, spec in s["requires"].items()) or "always"
-        out.append(f"<details><summary><b>{s['id']}</b>: {_cell(s['title'])} ({len(s['patches'])} patches; "
+        req = ", ".join(f"{d} {spec}" for d, spec in s["requires"].items()) or "no distribution gate"
+        n = len(s["patches"])
+        out.append(f"<details><summary><b>{s['id']}</b>: {_cell(s['title'])} ({n} patch{'es' * (n != 1)}; "
                    f"{_cell(req)})</summary>\n")
         out.append("| patch | target | kind | fidelity | what it does | remove when |")
         out.append("|---|---|---|---|---|---|")

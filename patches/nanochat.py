@@ -4,7 +4,8 @@ The torch-level sets already carry most of nanochat: ``get_device_capability()``
 import-time bf16 check in ``nanochat/common.py`` works (torch_cuda), ``torch.compile`` of the model and of the
 optimizer steps uses an NPU-capable backend (torch_features), ``init_process_group("nccl", device_id=cuda:N)``
 and ``ReduceOp.AVG`` on hccl (torch_distributed), ``torch.amp.GradScaler()`` for NANOCHAT_DTYPE=float16
-(torch_devices), ``device_type == "cuda"`` branches (user_code). This set adds what is nanochat's own:
+(torch_devices), ``device_type == "cuda"`` branches (user_code), ``PYTORCH_ALLOC_CONF`` set by the scripts
+before importing torch (environment). This set adds what is nanochat's own:
 
 * FlashAttention-3: nanochat loads it from the ``kernels`` hub at import time; the hf_kernels set answers that
   locally, and when ``kernels`` is not installed this set plugs the same NPU FA3 provider in, so attention
@@ -12,8 +13,6 @@ and ``ReduceOp.AVG`` on hccl (torch_distributed), ``torch.amp.GradScaler()`` for
 * ``--fp8``: Float8 training needs ``torch._scaled_mm`` fp8 GEMMs, absent on Atlas A2/A3; the conversion is
   turned off (warned and reported) and the model trains in its compute dtype;
 * MFU: ``get_peak_flops`` knows Ascend parts (it answers inf, i.e. MFU 0%, for them);
-* ``PYTORCH_ALLOC_CONF`` set by the training scripts themselves (after the shim started) reaches the NPU
-  allocator as ``PYTORCH_NPU_ALLOC_CONF``;
 * ``--device-type npu`` (the hand port's spelling) is accepted by every script, as ``cuda``.
 
 nanochat is not a distribution (run from a checkout; PyPI's ``nanochat`` is an unrelated package), so the set
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 
 from ascend_shim.registry import PatchSet
@@ -32,8 +30,9 @@ from ascend_shim.registry import PatchSet
 log = logging.getLogger("ascend_shim")
 REMOVE = "nanochat gains an NPU code path upstream"
 nanochat = PatchSet(
-    id="nanochat", title="nanochat: FA3 on NPU, --fp8 off, Ascend peak flops, alloc conf, --device-type npu",
-    checked_against="karpathy/nanochat @ 92d63d4e8bb4 (2026-07-03), run from a git checkout",
+    id="nanochat", title="nanochat: FA3 on NPU, --fp8 off, Ascend peak flops, --device-type npu",
+    checked_against="karpathy/nanochat @ 92d63d4e8bb4 (2026-07-03), run from a git checkout; scripts/chat_web.py "
+                    "(removed in da32e1d) @ 21a7774eab39",
 )
 
 #: dense bf16/fp16 peak per device, matched on torch.npu.get_device_name() (lower case), most specific first.
@@ -68,26 +67,6 @@ def get_peak_flops(ctx):
         return orig(device_name, *args, **kwargs) if flops is None else flops
 
     return get_peak_flops
-
-
-@nanochat.patch("nanochat.common", kind="call", id="nanochat.alloc_conf", covers=(),
-                why="scripts/base_train.py and chat_sft.py set os.environ['PYTORCH_ALLOC_CONF'] in their first "
-                    "lines, after the shim translated the environment; the NPU allocator reads only "
-                    "PYTORCH_NPU_ALLOC_CONF.",
-                what="when nanochat.common is imported (before any device allocation), PYTORCH_NPU_ALLOC_CONF is "
-                     "set from PYTORCH_ALLOC_CONF (or PYTORCH_CUDA_ALLOC_CONF) unless the user set it; reported.",
-                remove_when="torch_npu reads PYTORCH_ALLOC_CONF")
-def alloc_conf(ctx):
-    from ascend_shim.errors import NotNeeded
-
-    if os.environ.get("PYTORCH_NPU_ALLOC_CONF") is not None:
-        raise NotNeeded("PYTORCH_NPU_ALLOC_CONF is already set")
-    for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
-        value = os.environ.get(var)
-        if value is not None:
-            ctx.set_env("PYTORCH_NPU_ALLOC_CONF", value, f"PYTORCH_NPU_ALLOC_CONF set from {var}={value!r}")
-            return None
-    raise NotNeeded("no PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in the environment")
 
 
 def _translate_device_type_args(argv: list[str]) -> list[tuple[int, str]]:

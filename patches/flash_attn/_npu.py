@@ -47,11 +47,17 @@ def npu():
 
 
 def compressed_mask(device: torch.device) -> torch.Tensor:
-    """The 2048x2048 ``triu(ones, 1)`` bool mask sparse modes 2-4 require, one per device, built once."""
+    """The 2048x2048 ``triu(ones, 1)`` bool mask sparse modes 2-4 require, one per device, built once.
+
+    Built outside inference mode even when the first caller is a generation loop under ``torch.inference_mode``:
+    a cached inference tensor has no version counter and cannot be saved for backward, so a later training step
+    (or the op's own mask check) would fail on it.
+    """
     key = (device.type, device.index if device.index is not None else torch.npu.current_device())
     mask = _masks.get(key)
     if mask is None:
-        mask = torch.ones(2048, 2048, dtype=torch.bool, device=device).triu_(1)
+        with torch.inference_mode(False), torch.no_grad():
+            mask = torch.ones(2048, 2048, dtype=torch.bool, device=device).triu_(1)
         _masks[key] = mask
     return mask
 

@@ -186,3 +186,32 @@ def test_inference_mode_decode_sees_lengths_advanced_in_place(fa):
             seqlens += 1
             ref, _ = ref_attention(q, torch.cat(ks, 1), torch.cat(vs, 1), causal=True)
             assert (out.cpu().float() - ref).abs().max() < 2e-3
+
+
+def test_causal_mask_first_built_under_inference_mode_serves_generation_and_training(fa, monkeypatch):
+    """The compressed causal mask is built once per device and cached. When generation comes first (nanochat's
+    base_eval / chat_cli prefill under torch.inference_mode), it must not be cached as an inference tensor: those
+    have no version counter (the NPU op's mask check reads it) and cannot be saved for a later training backward."""
+    import flash_attn_interface as fa3
+
+    from ascend_shim.patches.flash_attn import _npu
+
+    monkeypatch.setattr(_npu, "_masks", {})  # as in a fresh process: no mask built yet
+    torch.manual_seed(0)
+    B, H, D, cap, P, dt = 1, 2, 64, 16, 5, torch.bfloat16
+    q, k, v = (torch.randn(B, P, H, D, dtype=dt) for _ in range(3))
+    with torch.inference_mode():
+        k_cache = torch.zeros(B, cap, H, D, dtype=dt, device="npu")
+        v_cache = torch.zeros_like(k_cache)
+        seqlens = torch.zeros(B, dtype=torch.int32, device="npu")
+        out = fa3.flash_attn_with_kvcache(q.to("npu"), k_cache, v_cache, k=k.to("npu"), v=v.to("npu"),
+                                          cache_seqlens=seqlens, causal=True)  # a prefill: sparse mode + mask
+    ref, _ = ref_attention(q, k, v, causal=True)
+    assert (out.cpu().float() - ref).abs().max() < 2e-2
+    mask = _npu.compressed_mask(torch.device("npu", 0))
+    assert not mask.is_inference()
+    # training afterwards reuses the cached mask through forward and backward
+    qt = q.to("npu").requires_grad_()
+    y = fa3.flash_attn_func(qt, k.to("npu"), v.to("npu"), causal=True)
+    y.float().sum().backward()
+    assert qt.grad is not None and torch.isfinite(qt.grad.float()).all()

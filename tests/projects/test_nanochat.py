@@ -2,7 +2,8 @@
 
 `nanochat_like/` reproduces nanochat's CUDA patterns in small files written for these tests (the real project is
 checked by hand, see the set's `checked_against`): an import-time capability check, FA3 from the kernels hub,
-`--device-type`, `--fp8`, compile, nccl + ReduceOp.AVG, a fp16 GradScaler, peak flops, PYTORCH_ALLOC_CONF.
+`--device-type`, `--fp8`, compile, nccl + ReduceOp.AVG, a fp16 GradScaler, peak flops, PYTORCH_ALLOC_CONF;
+`web.py` chat_web's worker pool (one replica per `cuda:{i}`, `--num-gpus`, generation under inference mode).
 """
 import json
 import os
@@ -16,6 +17,7 @@ FIXTURE = os.path.join(HERE, "nanochat_like")
 OFFLINE_HUB = os.path.join(FIXTURE, "offline_hub")
 NO_KERNELS = os.path.join(FIXTURE, "no_kernels")
 TRAIN = os.path.join(FIXTURE, "train.py")
+WEB = os.path.join(FIXTURE, "web.py")
 FA3 = "ascend_shim.patches.flash_attn.fa3"
 
 
@@ -114,6 +116,39 @@ def test_torchrun_two_processes_fp16_matches_cpu(tmp_path):
     assert rank0["patches"]["nanochat.fa3"]["status"] == "applied"
     assert _events(rank0, "translated", "torch.distributed.init_process_group")  # nccl -> hccl
     _check_generation(results[0], cpu)  # fp16: nanochat's own SDPA kv cache on the NPU
+
+
+@pytest.mark.slow
+def test_chat_web_worker_per_device_streams_like_cpu(tmp_path):
+    """chat_web --num-gpus=4 --device-type=npu: one replica per `cuda:{i}` lands on npu:i, concurrent requests
+    each get their own device and generate through the FA3 kv cache (prefill first: no training ran before, so
+    the provider's causal mask is first built under inference mode), streaming what plain CPU torch streams."""
+    (npu,), report, _ = _shim(tmp_path, WEB, "--device-type=npu", "--num-gpus=4", PYTHONPATH=OFFLINE_HUB)
+    (cpu,), _ = _run([sys.executable, WEB, "--device-type=cpu"], tmp_path, TORCHDYNAMO_DISABLE="1",
+                     NANOCHAT_DTYPE="bfloat16", PYTHONPATH=OFFLINE_HUB)
+
+    assert npu["device_count"] >= 4 and npu["num_gpus"] == 4
+    assert npu["fa3"] == FA3 and npu["use_fa3"] is True
+    devices = [f"npu:{i}" for i in range(4)]
+    assert [w["device"] for w in npu["workers"]] == devices
+    assert [w["params"] for w in npu["workers"]] == [[d] for d in devices]
+    translated = {e["detail"] for e in _events(report, "translated", "torch.device")}
+    assert {f"device=cuda:{i} -> npu:{i}" for i in range(4)} <= translated
+    assert _events(report, "translated", "nanochat --device-type")
+    # four concurrent requests: each on its own device, interleaved, streamed to the end
+    assert sorted(r["gpu"] for r in npu["responses"]) == [0, 1, 2, 3]
+    assert all(r["done"] and len(r["tokens"]) == 6 for r in npu["responses"])
+    by_temp = {}
+    for r in npu["responses"] + cpu["responses"]:
+        by_temp.setdefault(r["temperature"], []).append(r["tokens"])
+    greedy = by_temp[0.0]
+    assert all(t == greedy[0] for t in greedy), greedy  # every device and the CPU run say the same
+    assert all(t == by_temp[0.8][0] for t in by_temp[0.8][:2])  # seeded sampling: the same on every device
+    # teacher-forced logits: bit-identical across the four devices, close to CPU bf16 SDPA
+    first = npu["forced_logits"][0]
+    assert all(f == first for f in npu["forced_logits"])
+    err = max(abs(a - b) for step, ref in zip(first, cpu["forced_logits"][0]) for a, b in zip(step, ref))
+    assert err < 5e-2, err
 
 
 # -- in-process ----------------------------------------------------------------------------------------------

@@ -569,3 +569,17 @@ def test_signature_and_counter():
     before = counters.op_calls("npu_fusion_attention")
     FA.npu_fusion_attention(q, k, v, 2, "BNSD")
     assert counters.op_calls("npu_fusion_attention") == before + 1
+
+
+def test_fa_accepts_a_compressed_mask_made_under_inference_mode():
+    """Generation code builds its causal mask under torch.inference_mode; the hardware takes it (an inference
+    tensor has no version counter, so the emulator cannot cache its check on it)."""
+    q, k, v = (S.to_dev(t) for t in _inputs(1, 2, 2, 6, 6, 8, 8, torch.float16))
+    with torch.inference_mode():
+        mask = S.to_dev(S.compressed_mask())
+        a = fa()(q, k, v, 2, "BNSD", atten_mask=mask, sparse_mode=3, scale=0.3)[0]
+        b = fa()(q, k, v, 2, "BNSD", atten_mask=mask, sparse_mode=3, scale=0.3)[0]
+        mask[0, 1] = False  # no longer the compressed mask: rejected, not served from a stale check
+        with pytest.raises(RuntimeError):
+            fa()(q, k, v, 2, "BNSD", atten_mask=mask, sparse_mode=3, scale=0.3)
+    assert torch.equal(a.cpu(), b.cpu())

@@ -151,15 +151,19 @@ def is_compressed_causal_mask(mask: torch.Tensor) -> bool:
     """True iff the last two dims of ``mask`` are exactly ``triu(ones(2048, 2048), 1)`` (1/True = masked).
 
     Checked once per tensor version (cached on the tensor), so a mask reused every layer is read only once.
+    Inference tensors (``torch.inference_mode``) have no version counter: they are checked on every call.
     """
-    key = (mask._version, mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()))
+    inference = mask.is_inference()
+    key = None if inference else (mask._version, mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()))
     cached = getattr(mask, _TRIU_CACHE_ATTR, None)
-    if cached is not None and cached[0] == key:
+    if cached is not None and not inference and cached[0] == key:
         return cached[1]
     m = host(mask)
     m2 = m.reshape(-1, 2048, 2048) != 0
     ref = torch.ones(2048, 2048, dtype=torch.bool).triu_(1)
     ok = bool(torch.equal(m2, ref.expand_as(m2)))
+    if inference:
+        return ok
     try:
         setattr(mask, _TRIU_CACHE_ATTR, (key, ok))
     except Exception:  # noqa: BLE001 - tensors that refuse attributes are just re-checked
