@@ -649,7 +649,9 @@ def _numpy_spec(ctx: _Ctx) -> tuple[str, str]:
         if req.name.lower() == "numpy" and (req.marker is None or "extra" not in str(req.marker)):
             if str(req.specifier):
                 return str(req.specifier), "vllm-ascend's metadata"
-    return "<2", "vllm-ascend's documented numpy<2"
+    if (_release(ctx.e.version_of("vllm-ascend") or ctx.e.version_of("vllm_ascend")) or ())[:2] >= (0, 20):
+        return ">=1", "vllm-ascend >= 0.20 has no numpy pin"
+    return "<2", "vllm-ascend's documented numpy<2 (up to 0.19)"
 
 
 def check_vllm(ctx: _Ctx) -> list[Check]:
@@ -660,12 +662,12 @@ def check_vllm(ctx: _Ctx) -> list[Check]:
         if not vllm:
             out.append(Check("vllm", "FAIL", f"vllm-ascend {va} is installed without vllm",
                              f"pip install vllm=={_base(va)}"))
-        elif _base(vllm) != _base(va):
-            out.append(Check("vllm", "FAIL", f"vllm {vllm} and vllm-ascend {va} differ in base version: vllm-ascend "
-                             f"{va} is built for vllm {_base(va)}", f"pip install vllm=={_base(va)} (install vllm "
-                             "first, then vllm-ascend)"))
+        elif _line(vllm) != _line(va):
+            out.append(Check("vllm", "FAIL", f"vllm {vllm} and vllm-ascend {va} are different release lines: "
+                             f"vllm-ascend {va} is built for vllm {_line(va)}.x", f"pip install 'vllm=={_line(va)}.*' "
+                             "(install vllm first, then vllm-ascend)"))
         else:
-            out.append(Check("vllm", "ok", f"vllm {vllm} / vllm-ascend {va}: same base version {_base(va)}"))
+            out.append(Check("vllm", "ok", f"vllm {vllm} / vllm-ascend {va}: same release line {_line(va)}"))
         spec, source = _numpy_spec(ctx)
         np_v = e.version_of("numpy")
         if np_v is None:

@@ -12,8 +12,9 @@ detection picks ``NPUPlatform``. The rest of AReaL's CUDA surface needs no proje
 
 * ``PerLayerOptimWrapper`` builds ``torch.device(f"cuda:{device_id}")``: torch_devices turns it into npu:N;
 * vLLM server children (``launch_server_cmd`` copies ``os.environ``) inherit activation through the bootstrap
-  ``sitecustomize`` and get ``ASCEND_RT_VISIBLE_DEVICES`` per server from AReaL itself; in those children vLLM
-  and vLLM-Ascend are declared native too (vLLM-Ascend is a platform plugin that expects real CUDA answers);
+  ``sitecustomize`` and get ``ASCEND_RT_VISIBLE_DEVICES`` per server from AReaL itself; in those children the
+  ``vllm`` set declares vLLM and vLLM-Ascend native (vLLM-Ascend is a platform plugin that expects real CUDA
+  answers);
 * ``vllm.device: npu`` / ``vLLMConfig(device="npu")`` -- the hand port's setting -- is accepted: the device of a
   vLLM server follows the platform (ASCEND_RT_VISIBLE_DEVICES + the vLLM-Ascend plugin), so the value is
   checked, recorded and kept out of the server command line (vLLM has no ``--device`` flag any more).
@@ -52,18 +53,6 @@ def _gate():
 def native_platform(ctx):
     _gate()
     register_native(ctx, "areal")
-
-
-@areal.patch("process:areal-vllm-native", kind="call", id="areal.vllm_native", covers=(),
-             why="AReaL's rollout servers run vLLM, which on Ascend is driven by the vLLM-Ascend platform plugin; "
-                 "vLLM's own CUDA checks must see the real answers there (a shim-activated server child would "
-                 "otherwise be told CUDA is available).",
-             what="vllm and vllm_ascend are registered NPU-native (real CUDA answers) in every process where "
-                  "AReaL is installed, notably the inherited-activation vLLM server children.",
-             remove_when="never while vLLM-Ascend expects real CUDA answers")
-def vllm_native(ctx):
-    _gate()
-    register_native(ctx, "vllm", "vllm_ascend")
 
 
 _DEVICES = {"npu": "npu", "cuda": "npu", "auto": "npu", "gpu": "npu"}

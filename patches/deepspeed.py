@@ -1,10 +1,13 @@
 """DeepSpeed on the NPU: its own NPU accelerator (``deepspeed.accelerator.npu_accelerator``) is selected.
 
-DeepSpeed picks its accelerator once (``get_accelerator()``): from ``DS_ACCELERATOR``, else by probing for
-``torch_npu`` after other backends; with CUDA reported as available it would build the CUDA accelerator.
-The set pins ``DS_ACCELERATOR=npu`` (unless the user chose one) and lets deepspeed see the real device answers.
-DeepSpeed's NPU accelerator needs the real torch_npu (CANN op builders); on the emulator only the selection is
-exercised.
+DeepSpeed picks its accelerator once (``get_accelerator()``): from ``DS_ACCELERATOR``, else by probing
+(``intel_extension_for_pytorch``, then ``torch_npu``, ..., CUDA last). The set pins ``DS_ACCELERATOR=npu`` (unless
+the user chose one) so the choice does not depend on probing order, and registers deepspeed as NPU-native (its
+calls get the real device answers). A CUDA user's ``deepspeed.init_distributed(dist_backend="nccl")`` reaches
+``torch.distributed.init_process_group("nccl")``, which the core ``torch_distributed`` set maps to hccl.
+Checked against deepspeed 0.19.8 installed from PyPI (sdist, ``DS_BUILD_OPS=0``): on the emulator
+``get_accelerator()`` is ``NPU_Accelerator`` and ``init_distributed(dist_backend="nccl")`` ends on hccl. The NPU
+op builders (CANN compilation of fused Adam etc.) are not exercised.
 """
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from ._hf_common import declare_native
 
 ds = PatchSet(
     id="deepspeed", title="DeepSpeed: DS_ACCELERATOR=npu, its native NPU paths",
-    requires={"deepspeed": ">=0.14,<0.19"},
-    checked_against="source reading of deepspeed/accelerator/real_accelerator.py (not installed here)",
+    requires={"deepspeed": ">=0.14,<0.20"},
+    checked_against="deepspeed 0.19.8 (PyPI sdist, DS_BUILD_OPS=0) on the emulator; "
+                    "deepspeed/accelerator/real_accelerator.py, ops/op_builder/npu/builder.py",
 )
 declare_native(ds, "deepspeed")
 
@@ -36,6 +40,30 @@ def ds_accelerator(ctx):
         return None
     ctx.set_env("DS_ACCELERATOR", "npu", "unset -> 'npu' (deepspeed's NPU_Accelerator)")
     return None
+
+
+@ds.patch("deepspeed.ops.op_builder.npu.builder:NPUOpBuilder.installed_cann_path",
+          covers=("deepspeed.init_distributed",),
+          why="NPUOpBuilder.installed_cann_path tests `'ASCEND_HOME_PATH' in os.environ or "
+              "os.path.exists(os.environ['ASCEND_HOME_PATH'])` (or for and): without CANN's set_env.sh every NPU "
+              "op builder raises KeyError, and deepspeed.init_distributed builds one (ShareMemCommBuilder).",
+          what="returns None when ASCEND_HOME_PATH is unset or not a path (what the code means), so deepspeed "
+               "reports 'ascend_cann is missing, npu ops cannot be compiled' and goes on; otherwise unchanged.",
+          remove_when="deepspeed fixes installed_cann_path (bug present in 0.19.8)")
+def installed_cann_path(ctx):
+    import functools
+    import os
+
+    orig = ctx.original
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        path = os.environ.get("ASCEND_HOME_PATH")
+        if not path or not os.path.exists(path):
+            return None
+        return orig(self, *args, **kwargs)
+
+    return wrapper
 
 
 PATCH_SETS = [ds]

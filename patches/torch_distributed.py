@@ -258,11 +258,21 @@ environment = PatchSet(id="environment", title="CUDA/NCCL environment variables 
 def _env_factory(cuda_var, npu_var):
     import os
 
+    marker = f"ASCEND_SHIM_DERIVED_{cuda_var}"  # the value a parent's shim translated; children inherit it
+
     def factory(ctx):
-        value = os.environ.get(cuda_var)
-        if value is None or os.environ.get(npu_var) is not None:
-            return None  # nothing to translate, or the user set the NPU variable: it wins
+        value, current = os.environ.get(cuda_var), os.environ.get(npu_var)
+        if value is None:
+            return None  # nothing to translate
+        if current is not None and not (current == os.environ.get(marker) and value != current):
+            return None  # the user set the NPU variable (it wins), or the parent's translation still holds
+        # unset, or inherited from a parent's translation while this child got its own CUDA value (AReaL / TRL
+        # start each vLLM server with CUDA_VISIBLE_DEVICES=<its card>)
         ctx.set_env(npu_var, value, f"{npu_var} set from {cuda_var}={value!r}")
+        old_marker = os.environ.get(marker)
+        os.environ[marker] = value
+        ctx.on_undo(lambda: os.environ.__setitem__(marker, old_marker) if old_marker is not None
+                    else os.environ.pop(marker, None))
         return None
 
     return factory

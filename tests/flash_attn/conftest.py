@@ -68,3 +68,18 @@ def assert_close_fa(out, ref32, ref_lp, name="", atol=1e-3):
 
 def fallbacks(api_prefix=""):
     return [e for e in REPORT.events() if e.get("category") == "fallback" and e.get("api", "").startswith(api_prefix)]
+
+
+def rope_ref(x, cos, sin, pos, interleaved):
+    """x (..., S, H, D) rotated at integer positions pos (..., S), in fp32: written from the formula (rotary
+    on the first 2 * cos.shape[-1] features, the rest passed through)."""
+    rd = cos.shape[-1] * 2
+    c, s = cos[pos].unsqueeze(-2).float(), sin[pos].unsqueeze(-2).float()
+    xr = x[..., :rd].float()
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xr.chunk(2, dim=-1)
+        out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    return torch.cat((out, x[..., rd:].float()), dim=-1)

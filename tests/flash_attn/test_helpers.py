@@ -2,18 +2,7 @@
 import pytest
 import torch
 
-
-def _rope_ref(x, cos, sin, pos, interleaved):
-    rd = cos.shape[-1] * 2
-    c, s = cos[pos].unsqueeze(-2).float(), sin[pos].unsqueeze(-2).float()
-    xr = x[..., :rd].float()
-    if interleaved:
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
-        out = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
-    else:
-        x1, x2 = xr.chunk(2, dim=-1)
-        out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-    return torch.cat((out, x[..., rd:].float()), dim=-1)
+from .conftest import rope_ref
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -29,14 +18,14 @@ def test_apply_rotary_emb(fa, interleaved, offsets):
     if offsets == "varlen":
         xin, cu = x.reshape(B * S, H, D), torch.tensor([0, 4, 12], dtype=torch.int32)
         pos = torch.cat([torch.arange(4), torch.arange(8)]) + 3
-        ref = _rope_ref(xin, cos, sin, pos, interleaved)
+        ref = rope_ref(xin, cos, sin, pos, interleaved)
         xn = xin.npu().requires_grad_()
         out = apply_rotary_emb(xn, cos.npu(), sin.npu(), interleaved, seqlen_offsets=3, cu_seqlens=cu.npu(),
                                max_seqlen=8)
     else:
         off = 3 if offsets == "int" else torch.tensor([1, 5], dtype=torch.int32)
         pos = (torch.arange(S) + 3).expand(B, S) if offsets == "int" else off.long()[:, None] + torch.arange(S)
-        ref = _rope_ref(x, cos, sin, pos, interleaved)
+        ref = rope_ref(x, cos, sin, pos, interleaved)
         xn = x.npu().requires_grad_()
         out = apply_rotary_emb(xn, cos.npu(), sin.npu(), interleaved, seqlen_offsets=off if offsets == "int"
                                else off.npu())

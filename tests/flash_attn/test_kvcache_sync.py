@@ -4,21 +4,7 @@ import torch
 
 from ascend_shim.sim import counters
 
-from .conftest import ref_attention
-
-
-def _rope_ref(x, cos, sin, pos, interleaved):
-    """x (B, S, H, D) rotated at integer positions pos (B, S): written from the formula, no shared code."""
-    rd = cos.shape[-1] * 2
-    c, s = cos[pos].unsqueeze(2).float(), sin[pos].unsqueeze(2).float()
-    xr = x[..., :rd].float()
-    if interleaved:
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
-        out = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
-    else:
-        x1, x2 = xr.chunk(2, dim=-1)
-        out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-    return torch.cat((out.to(x.dtype), x[..., rd:]), dim=-1)
+from .conftest import ref_attention, rope_ref
 
 
 @pytest.mark.parametrize("mode", ["dense", "paged", "batch_idx", "window_rotary"])
@@ -79,8 +65,8 @@ def test_decode_steps_match_full_prefix(fa, mode, api):
     n = P + steps
     # reference: apply rotary at absolute positions, re-attend over the whole prefix with bottom-right causal
     pos = torch.arange(total).expand(B, total)
-    kr = _rope_ref(ks, cos, sin, pos, interleaved) if cos is not None else ks
-    qr = _rope_ref(qs, cos, sin, pos, interleaved) if cos is not None else qs
+    kr = rope_ref(ks, cos, sin, pos, interleaved).to(ks.dtype) if cos is not None else ks
+    qr = rope_ref(qs, cos, sin, pos, interleaved).to(qs.dtype) if cos is not None else qs
     for b in range(B):  # caches hold exactly the (rotated) keys/values, written in place
         torch.testing.assert_close(cache_row(kc, b, n), kr[b, :n], atol=2e-3, rtol=0)
         torch.testing.assert_close(cache_row(vc, b, n), vs[b, :n], atol=0, rtol=0)

@@ -1,5 +1,4 @@
 """The HF-stack patch sets in-process: native registration, leftovers, version gating, fused AdamW, fast_ops."""
-import os
 
 import pytest
 import torch
@@ -238,38 +237,4 @@ def test_trl_server_weight_sync_on_npu_raises_naming_the_option(clean_shim):
         client.init_communicator(device=torch.device("npu", 0))
 
 
-def test_deepspeed_set_selects_the_npu_accelerator(clean_shim, monkeypatch):
-    """deepspeed is not installable here (CUDA build); the set is exercised with a stand-in version lookup."""
-    real = versions.installed_version
-    monkeypatch.setattr(versions, "installed_version", lambda d: "0.16.8" if d == "deepspeed" else real(d))
-    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
-    clean_shim.activate("sim")
-    assert REPORT.sets["deepspeed"]["status"] == "active"
-    assert os.environ["DS_ACCELERATOR"] == "npu"
-    assert "deepspeed" in callers._native
-    clean_shim.deactivate()
-    assert "DS_ACCELERATOR" not in os.environ and "deepspeed" not in callers._native
-
-
-def test_deepspeed_set_keeps_a_user_choice(clean_shim, monkeypatch):
-    real = versions.installed_version
-    monkeypatch.setattr(versions, "installed_version", lambda d: "0.16.8" if d == "deepspeed" else real(d))
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    clean_shim.activate("sim")
-    assert os.environ["DS_ACCELERATOR"] == "cpu"
-    assert any("DS_ACCELERATOR='cpu'" in n for n in REPORT.notes)
-
-
-def test_vllm_pairing_check():
-    """Only the pairing logic: vLLM itself is not installable here (see patches/vllm.py)."""
-    from ascend_shim.patches.vllm import pairing_problems
-
-    good = {"vllm": "0.13.0", "vllm-ascend": "0.13.0rc1", "torch": "2.8.0", "torch-npu": "2.8.0.post2",
-            "numpy": "1.26.4"}
-    assert pairing_problems(good) == []
-    seed003 = dict(good, vllm="0.15.1", torch="2.9.1", **{"torch-npu": "2.9.0"})  # seed 003's combination
-    problems = pairing_problems(seed003)
-    assert any("different release lines" in p for p in problems)
-    assert any("torch_npu 2.9.0 is built for torch 2.9.0, not torch 2.9.1" in p for p in problems)
-    assert any("vllm-ascend is not installed" in p for p in pairing_problems(dict(good, **{"vllm-ascend": None})))
-    assert any("numpy<2" in p for p in pairing_problems(dict(good, numpy="2.1.0")))
+# vllm and deepspeed: tests/hf/test_vllm.py, tests/hf/test_deepspeed.py
