@@ -1,0 +1,1 @@
+"""``torch_npu.utils``: the parts libraries query (``collect_env``)."""
