@@ -1,4 +1,5 @@
-"""Helpers shared by the Hugging Face stack's patch sets (transformers, accelerate, peft, trl, deepspeed).
+"""Helpers shared by the Hugging Face stack's patch sets (transformers, accelerate, peft, trl, deepspeed, vllm)
+and the project sets: native registration and the real device answers.
 
 Those libraries support the NPU natively; what they need from the shim is the *real* device answers
 (``torch.cuda.is_available()`` is False on an NPU machine), so their own ``is_torch_npu_available()`` branch
@@ -48,6 +49,11 @@ def npu_available() -> bool:
         return bool(npu is not None and npu.is_available())
     except Exception:
         return False
+
+
+def on_npu() -> bool:
+    """The NPU is this process's accelerator: an NPU is up and real CUDA is not."""
+    return npu_available() and not real_cuda_available()
 
 
 def unsupported(report, patch_id: str, feature: str, advice: str):

@@ -33,24 +33,25 @@ _once_lock = threading.Lock()
 _once: set = set()
 
 
-def _once_fallback(report, api: str, detail: str) -> None:
-    key = (api, detail)
+def _first_time(key) -> bool:
+    """True the first time ``key`` is seen (hot paths report a swap or a kept original once, not per call)."""
     if key in _once:
-        return
+        return False
     with _once_lock:
         if key in _once:
-            return
+            return False
         _once.add(key)
-    report.fallback(api, detail)
+    return True
+
+
+def _once_fallback(report, api: str, detail: str) -> None:
+    if _first_time(("fallback", api, detail)):
+        report.fallback(api, detail)
 
 
 def _once_translated(report, api: str, detail: str) -> None:
-    key = ("T", api, detail)
-    if key in _once:
-        return
-    with _once_lock:
-        _once.add(key)
-    report.translated(api, detail)
+    if _first_time(("translated", api, detail)):
+        report.translated(api, detail)
 
 
 # -- AdamW ---------------------------------------------------------------------------------------------------

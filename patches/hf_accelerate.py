@@ -11,7 +11,7 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import REMOVE, declare_native, npu_available, real_cuda_available
+from ._hf_common import REMOVE, declare_native, on_npu
 
 hf_accelerate = PatchSet(
     id="hf_accelerate", title="accelerate: its native NPU paths; backend='nccl' -> 'hccl'",
@@ -38,7 +38,7 @@ def partial_state_init(ctx):
     @functools.wraps(orig)
     def __init__(self, *args, **kwargs):
         backend = kwargs.get("backend")
-        if backend is not None and npu_available() and not real_cuda_available():
+        if backend is not None and on_npu():
             new = translate_backend(backend)
             if new != backend:
                 note("accelerate.PartialState", "backend", backend, new)

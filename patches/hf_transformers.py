@@ -12,7 +12,7 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import declare_native, npu_available, real_cuda_available, unsupported
+from ._hf_common import declare_native, on_npu, unsupported
 
 hf_transformers = PatchSet(
     id="hf_transformers", title="transformers: its native NPU paths; tf32, fused AdamW, bitsandbytes/Liger options",
@@ -23,10 +23,6 @@ declare_native(hf_transformers, "transformers")
 
 #: optim names that need bitsandbytes (CUDA-only kernels)
 _BNB_HINTS = ("bnb", "8bit", "paged_", "4bit")
-
-
-def _on_npu() -> bool:
-    return npu_available() and not real_cuda_available()
 
 
 @hf_transformers.patch(
@@ -45,7 +41,7 @@ def training_args_post_init(ctx):
 
     @functools.wraps(orig)
     def __post_init__(self, *args, **kwargs):
-        if not _on_npu():
+        if not on_npu():
             return orig(self, *args, **kwargs)
         if getattr(self, "use_liger_kernel", False):
             raise unsupported(report, pid, "TrainingArguments(use_liger_kernel=True)",
@@ -91,7 +87,7 @@ def get_optimizer_cls_and_kwargs(ctx):
     def get_optimizer_cls_and_kwargs(args, model=None):
         cls, kwargs = orig(args, model)
         optim = str(getattr(args.optim, "value", args.optim))
-        if optim not in ("adamw_torch_fused", "adamw_torch_npu_fused") or not _on_npu():
+        if optim not in ("adamw_torch_fused", "adamw_torch_npu_fused") or not on_npu():
             return cls, kwargs
         params = [p for p in model.parameters() if p.requires_grad] if model is not None else []
         reason = why_not_fused(params) if model is not None else ""
@@ -121,7 +117,7 @@ def bnb_config(ctx):
     @functools.wraps(orig)
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
-        if _on_npu() and (getattr(self, "load_in_4bit", False) or getattr(self, "load_in_8bit", False)):
+        if on_npu() and (getattr(self, "load_in_4bit", False) or getattr(self, "load_in_8bit", False)):
             bits = "load_in_4bit" if getattr(self, "load_in_4bit", False) else "load_in_8bit"
             raise unsupported(report, pid, f"BitsAndBytesConfig({bits}=True) (bitsandbytes / QLoRA)",
                               "Load the model in bf16 (torch_dtype=torch.bfloat16) and train plain LoRA.")

@@ -13,7 +13,7 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import declare_native, npu_available, real_cuda_available, unsupported
+from ._hf_common import declare_native, on_npu, unsupported
 
 hf_trl = PatchSet(
     id="hf_trl", title="trl: its native NPU paths; vLLM server weight sync stops with a clear error",
@@ -39,9 +39,7 @@ def init_communicator(ctx):
     @functools.wraps(orig)
     def init_communicator(self, device=0):
         dev = torch.device(device) if not isinstance(device, int) else None
-        on_npu = (dev is not None and dev.type == "npu") or (dev is None and npu_available()
-                                                              and not real_cuda_available())
-        if on_npu:
+        if (dev is not None and dev.type == "npu") or (dev is None and on_npu()):
             raise unsupported(report, pid, "trl GRPOConfig(use_vllm=True, vllm_mode='server') weight sync",
                               "vLLM's NCCL weight-transfer engine needs CUDA; use vllm_mode='colocate' (vLLM runs "
                               "in-process on vllm-ascend) or use_vllm=False (generation with model.generate).")

@@ -247,11 +247,14 @@ def reduce_scatter_tensor(ctx):
 # -- environment ---------------------------------------------------------------------------------------------
 ENV = {
     "CUDA_VISIBLE_DEVICES": "ASCEND_RT_VISIBLE_DEVICES",
+    "PYTORCH_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF",  # first: torch prefers it to the deprecated CUDA name
     "PYTORCH_CUDA_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF",
-    "PYTORCH_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF",
     "CUDA_LAUNCH_BLOCKING": "ASCEND_LAUNCH_BLOCKING",
     "NCCL_SOCKET_IFNAME": "HCCL_SOCKET_IFNAME",
 }
+#: read by the NPU runtime only when torch starts it, and often set by a script's own first lines (nanochat's
+#: base_train, chat_sft) after activation but before ``import torch``: translated when torch is imported
+AT_TORCH_IMPORT = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 environment = PatchSet(id="environment", title="CUDA/NCCL environment variables -> Ascend/HCCL counterparts")
 
 
@@ -279,36 +282,13 @@ def _env_factory(cuda_var, npu_var):
 
 
 for _cuda_var, _npu_var in ENV.items():
-    environment.patch(f"env:{_cuda_var}", kind="env", covers=(f"env:{_cuda_var}",),
-                      why=f"{_cuda_var} configures CUDA; the NPU runtime reads {_npu_var}.",
-                      what=f"{_npu_var} is set from {_cuda_var} when it is unset (before torch_npu starts).",
+    _late = _cuda_var in AT_TORCH_IMPORT
+    environment.patch("torch" if _late else f"env:{_cuda_var}", kind="env", covers=(f"env:{_cuda_var}",),
+                      why=f"{_cuda_var} configures CUDA; the NPU runtime reads {_npu_var}."
+                          + (" Scripts often set it in their first lines, before importing torch." if _late else ""),
+                      what=f"{_npu_var} is set from {_cuda_var} when it is unset ("
+                           + ("when torch is imported, before torch_npu starts" if _late else "at activation")
+                           + "); a value the user set wins.",
                       remove_when=REMOVE, id=f"environment.{_cuda_var}")(_env_factory(_cuda_var, _npu_var))
-
-ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
-
-
-@environment.patch("torch", kind="env", id="environment.alloc-conf-at-torch-import",
-                   covers=("env:PYTORCH_ALLOC_CONF", "env:PYTORCH_CUDA_ALLOC_CONF"),
-                   why="training scripts often set os.environ['PYTORCH_ALLOC_CONF'] in their first lines, after "
-                       "the shim translated the environment but before importing torch (nanochat's base_train, "
-                       "chat_sft); the NPU allocator reads only PYTORCH_NPU_ALLOC_CONF.",
-                   what="when torch is imported (before any device allocation), PYTORCH_NPU_ALLOC_CONF is set from "
-                        "PYTORCH_ALLOC_CONF (or PYTORCH_CUDA_ALLOC_CONF) unless it is already set; reported.",
-                   remove_when="torch_npu reads PYTORCH_ALLOC_CONF")
-def alloc_conf_at_torch_import(ctx):
-    import os
-
-    from ascend_shim.errors import NotNeeded
-
-    if os.environ.get("PYTORCH_NPU_ALLOC_CONF") is not None:
-        raise NotNeeded("PYTORCH_NPU_ALLOC_CONF is already set")
-    for var in ALLOC_VARS:
-        value = os.environ.get(var)
-        if value is not None:
-            ctx.set_env("PYTORCH_NPU_ALLOC_CONF", value, f"PYTORCH_NPU_ALLOC_CONF set from {var}={value!r} "
-                                                         "(set by the program before importing torch)")
-            return None
-    raise NotNeeded("no PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF in the environment")
-
 
 PATCH_SETS = [dist, environment]

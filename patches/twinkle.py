@@ -25,6 +25,7 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
+from ._hf_common import npu_available
 from ._projects import gate, register_native
 
 REMOVE = "Twinkle checks the NPU before CUDA and no longer falls back to GPU without nvidia-smi"
@@ -38,15 +39,6 @@ twinkle = PatchSet(
 
 def _gate():
     return gate("twinkle-kit", "twinkle", SPEC)
-
-
-def _npu_up() -> bool:
-    import torch
-
-    try:
-        return bool(torch.npu.is_available())
-    except Exception:
-        return False
 
 
 @twinkle.patch("process:twinkle-native-platform", kind="call", id="twinkle.native_platform",
@@ -78,7 +70,7 @@ def get_platform(ctx):
     @functools.wraps(orig)
     def get_platform(platform=None):
         if platform is None or str(platform).upper() in ("GPU", "CUDA"):
-            if _npu_up():
+            if npu_available():
                 if platform is not None:
                     report.translated("twinkle Platform.get_platform", f"{platform!r} -> 'NPU'")
                 return orig("NPU")
@@ -128,7 +120,7 @@ def device_group_init(ctx):
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
         value = getattr(self, "device_type", None)
-        if isinstance(value, str) and value.strip().upper() in ("GPU", "CUDA") and _npu_up():
+        if isinstance(value, str) and value.strip().upper() in ("GPU", "CUDA") and npu_available():
             report.translated("twinkle DeviceGroup", f"device_type={value!r} -> 'NPU'")
             self.device_type = "NPU"
 

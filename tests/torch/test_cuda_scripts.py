@@ -70,6 +70,6 @@ def test_device_type_branches_rewritten(tmp_path):
 
 def test_allocator_settings_made_before_importing_torch_reach_the_npu_allocator(tmp_path):
     report, _ = run_script("alloc_conf_before_torch.py", tmp_path)
-    assert report["patches"]["environment.alloc-conf-at-torch-import"]["status"] == "applied"
+    assert report["patches"]["environment.PYTORCH_ALLOC_CONF"]["status"] == "applied"
     assert any(e["api"] == "PYTORCH_NPU_ALLOC_CONF" for e in report["events"] if e["category"] == "env"), \
         [e for e in report["events"] if e["category"] == "env"]
