@@ -1,0 +1,184 @@
+"""Whole steps under the shim against the same steps hand-ported to ``"npu"``, side by side in one process.
+
+What users feel is the step, not the call. Three cases on the emulated NPU (sim backend):
+
+(a) a GPT-style training step written for CUDA: ``model.cuda()``, batches moved with ``.to("cuda")``,
+    ``torch.autocast("cuda")``, ``torch.amp.GradScaler("cuda")``, ``AdamW(fused=True)``; run with the shim active,
+    against the same step written for ``"npu"`` with the shim inactive (only the emulator up);
+(b) a Hugging Face ``Trainer`` training step (``trainer.training_step`` + optimizer step, where accelerate and
+    transformers ask ``is_available``/``is_cuda`` from library frames), built and run with the shim active,
+    against a second Trainer built and run with the shim inactive;
+(c) a decode loop: ``flash_attn_with_kvcache`` in every layer of a ``--layers`` deep stack, one token per step,
+    through the shim's flash_attn provider: device-to-host syncs per token and time per token.
+
+(a) and (b) interleave rounds (shim, hand port, hand port, shim, ...) and print the ratio of medians.
+Both sides of (a) start from the same weights and batches; their losses are compared once.
+
+    python bench/bench_step.py [--rounds 7] [--steps 5] [--skip-hf] [--layers 12]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+import ascend_shim
+import ascend_shim.sim
+from ascend_shim.sim import counters
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab=256, d=128, layers=4, heads=4, seq=64):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(seq, d)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.wte.weight  # tied, as GPT-2 does
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        mask = nn.Transformer.generate_square_subsequent_mask(idx.shape[1], device=idx.device)
+        x = self.blocks(self.wte(idx) + self.wpe(pos), mask=mask, is_causal=True)
+        logits = self.head(self.ln(x))
+        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def gpt_runner(device: str, batches):
+    """One training step as a CUDA script (device "cuda") or its hand port (device "npu") writes it."""
+    torch.manual_seed(0)
+    model = TinyGPT()
+    model = model.cuda() if device == "cuda" else model.npu()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    scaler = torch.amp.GradScaler(device)
+    losses = []
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+
+    return step, losses
+
+
+def hf_runner():
+    """A tiny Llama under a real ``Trainer``; returns one optimizer step as a callable."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg)
+    args = TrainingArguments(output_dir="/tmp/ascend_shim_bench_step", per_device_train_batch_size=4,
+                             report_to=[], bf16=True, max_steps=1, save_strategy="no", logging_strategy="no")
+    trainer = Trainer(model=model, args=args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10_000)
+    trainer.current_gradient_accumulation_steps = 1  # what train() sets before its first step
+    ids = torch.randint(0, 256, (4, 32))
+    batch = {"input_ids": ids, "labels": ids}
+
+    def step(_i):
+        trainer.training_step(trainer.model, dict(batch))
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def timed(step, n, start):
+    t0 = time.perf_counter()
+    for i in range(start, start + n):
+        step(i)
+    torch.npu.synchronize()
+    return (time.perf_counter() - t0) / n
+
+
+def under(active, fn, *args):
+    """Run ``fn`` with the shim active (the CUDA-written side) or inactive (the hand port)."""
+    if not active:
+        return fn(*args)
+    ascend_shim.activate(backend="sim", inherit=False, log_level="off")
+    try:
+        return fn(*args)
+    finally:
+        ascend_shim.deactivate()
+
+
+def compare(name, shim_step, hand_step, rounds, steps):
+    times = {True: [], False: []}
+    steps_of = {True: shim_step, False: hand_step}
+    for active in (True, False):  # warm-up (allocator, autocast caches)
+        under(active, steps_of[active], 0)
+    for r in range(rounds):
+        for active in ((True, False) if r % 2 == 0 else (False, True)):
+            times[active].append(under(active, timed, steps_of[active], steps, 1 + r * steps))
+    a, b = statistics.median(times[True]), statistics.median(times[False])
+    print(f"  {name:34s} hand-port {b * 1e3:8.2f} ms  shim {a * 1e3:8.2f} ms  ratio {a / b:.3f}")
+
+
+def decode(layers, tokens, heads=8, dim=64, max_len=256):
+    from flash_attn import flash_attn_with_kvcache
+
+    dev = "cuda"
+    caches = [(torch.zeros(1, max_len, heads, dim, device=dev, dtype=torch.bfloat16),
+               torch.zeros(1, max_len, heads, dim, device=dev, dtype=torch.bfloat16)) for _ in range(layers)]
+    seqlens = torch.zeros(1, dtype=torch.int32, device=dev)
+    q = torch.randn(1, 1, heads, dim, device=dev, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for _ in range(2):  # warm-up
+            for k, v in caches:
+                flash_attn_with_kvcache(q, k, v, q, q, cache_seqlens=seqlens, causal=True)
+            seqlens += 1
+        s0, t0 = counters.d2h_syncs(), time.perf_counter()
+        for _ in range(tokens):
+            x = q
+            for k, v in caches:
+                x = flash_attn_with_kvcache(x, k, v, q, q, cache_seqlens=seqlens, causal=True)
+            seqlens += 1
+            x.sum().item()  # the sampler's one read per token
+        dt, syncs = time.perf_counter() - t0, counters.d2h_syncs() - s0
+    print(f"  decode, {layers} layers: {syncs / tokens:.2f} syncs per token (1 is the sampler's read), "
+          f"{dt / tokens * 1e3:.2f} ms per token")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=5, help="steps per timed round")
+    ap.add_argument("--layers", type=int, default=12, help="decode depth")
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--skip-hf", action="store_true")
+    args = ap.parse_args()
+    ascend_shim.sim.install()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 256, (8, 64), generator=g), torch.randint(0, 256, (8, 64), generator=g))
+               for _ in range(4)]
+
+    print("training steps, shim vs. hand port (median of interleaved rounds):")
+    shim_step, shim_losses = under(True, gpt_runner, "cuda", batches)
+    hand_step, hand_losses = gpt_runner("npu", batches)
+    compare("(a) GPT step (autocast, scaler)", shim_step, hand_step, args.rounds, args.steps)
+    same = len(shim_losses) == len(hand_losses) and all(
+        torch.equal(a.cpu(), b.cpu()) for a, b in zip(shim_losses, hand_losses))
+    print(f"      losses identical step for step: {same} ({len(shim_losses)} steps each)")
+
+    if not args.skip_hf:
+        compare("(b) HF Trainer step", under(True, hf_runner), hf_runner(), args.rounds, args.steps)
+
+    print("(c) decode through the flash_attn provider (shim active):")
+    under(True, decode, args.layers, args.tokens)
+
+
+if __name__ == "__main__":
+    main()
