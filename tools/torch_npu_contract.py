@@ -79,7 +79,8 @@ def _assigned_all(tree: ast.Module) -> list[str]:
 
 
 def module_names(zf: zipfile.ZipFile) -> tuple[list[str], list[str]]:
-    """(``__all__``, every top-level name bound by torch_npu/npu/__init__.py, star imports resolved)."""
+    """(``__all__``, every name of the module: ``__all__`` (the typed tensor classes are bound by the C++
+    extension) plus every top-level name torch_npu/npu/__init__.py binds, star imports resolved)."""
     tree = ast.parse(zf.read(NPU_INIT).decode())
     bound: set[str] = set()
     for node in tree.body:
@@ -102,7 +103,8 @@ def module_names(zf: zipfile.ZipFile) -> tuple[list[str], list[str]]:
                     bound.add(alias.asname or alias.name)
             if node.module:
                 bound.add(node.module.split(".")[0])
-    return _assigned_all(tree), sorted(bound)
+    npu_all = _assigned_all(tree)
+    return npu_all, sorted(bound | set(npu_all))
 
 
 def _schema_entry(func: str) -> dict:
