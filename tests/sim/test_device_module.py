@@ -480,7 +480,6 @@ def test_import_torch_npu_before_torch(tmp_path, mode):
     script.write_text("import torch_npu\nimport torch\nassert torch_npu.npu is torch.npu\n"
                       "print(torch_npu.__version__, torch.ones(2).cuda().device, len(torch.npu.__all__))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
-    env["ASCEND_SHIM_REPORT"] = "0"
     if mode == "sitecustomize":
         bootstrap = os.path.join(os.path.dirname(ascend_shim.__file__), "bootstrap")
         env.update(ASCEND_SHIM="1", ASCEND_SHIM_BACKEND="sim",
@@ -488,7 +487,7 @@ def test_import_torch_npu_before_torch(tmp_path, mode):
         cmd = [sys.executable, str(script)]
     else:
         cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", str(script)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "npu:0 144" in out.stdout
 
