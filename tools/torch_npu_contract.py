@@ -73,7 +73,8 @@ def _assigned_all(tree: ast.Module) -> list[str]:
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
+            if (isinstance(target, ast.Name) and target.id == "__all__"
+                    and isinstance(node.value, (ast.List, ast.Tuple))):
                 names += [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
     return names
 
