@@ -31,8 +31,9 @@ from .npu_config import (CubeMathType, _allowHF32Conv, _allowHF32Matmul, _npuCon
                          get_mm_bmm_format_nd, get_task_queue_enable, is_jit_compile_false, set_compile_mode,
                          set_deterministic_level, set_mm_bmm_format_nd, set_option, set_task_queue_enable,
                          use_compatible_impl)
-from .random import (_get_generator, default_generators, get_rng_state, get_rng_state_all, initial_seed,
-                     manual_seed, manual_seed_all, seed, seed_all, set_rng_state, set_rng_state_all)
+from .random import (_get_generator, _get_rng_state_offset, _set_rng_state_offset, default_generators,
+                     get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
+                     set_rng_state, set_rng_state_all)
 from .streams import (Event, ExternalEvent, ExternalStream, Stream, StreamContext, SyncLaunchStream,
                       current_stream, default_stream, set_stream, stream)
 from .tensor_types import (BFloat16Storage, BFloat16Tensor, BoolStorage, BoolTensor, ByteStorage, ByteTensor,

@@ -2,7 +2,9 @@
 
 Each emulated device has its own default generator (``default_generators[i]``); npu kernels draw from it, so
 the same seed reproduces the same ``torch.randn(..., device="npu")`` and seeding one device leaves the others
-and the CPU generator alone.
+and the CPU generator alone. As on hardware (and CUDA) the generator is Philox-shaped: its state is 16 bytes,
+(uint64 seed, int64 offset), every random op advances the offset by a multiple of 4, and DTensor's RNG tracker
+reads and writes the seed and offset in that layout.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ __all__ = [
     "default_generators", "get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all",
     "seed", "seed_all", "initial_seed",
 ]
+# Also torch.npu API (as in torch.cuda), outside the real module's random __all__.
+_PRIVATE_API = ("_get_rng_state_offset", "_set_rng_state_offset")
 
 
 # One Python object per device for the life of the process, like torch.cuda.default_generators.
@@ -77,3 +81,13 @@ def seed_all() -> None:
 
 def initial_seed() -> int:
     return _generator().initial_seed()
+
+
+def _get_rng_state_offset(device="npu") -> int:
+    """The Philox offset of the device's generator."""
+    return _generator(device).get_offset()
+
+
+def _set_rng_state_offset(offset: int, device="npu") -> None:
+    """Set the Philox offset of the device's generator (a multiple of 4, as on hardware)."""
+    _generator(device).set_offset(int(offset))
