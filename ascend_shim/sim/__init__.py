@@ -117,6 +117,22 @@ def _claim_privateuse1() -> None:
         torch.utils.rename_privateuse1_backend("npu")
     if not hasattr(torch.Tensor, "is_npu"):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    _register_python_side()
+
+
+def _register_python_side() -> None:
+    """What torch_npu's backend registration sets in torch besides the device module (idempotent).
+
+    Lazy modules may call ``.npu()`` on uninitialized parameters, and activation checkpointing stashes and
+    restores the npu RNG state when no input names a device. (CPU/npu shallow-copy compatibility, which keeps
+    Parameters and tied weights through ``Module._apply`` and ``param.data =``, is registered by the C++ side.)
+    """
+    from torch.nn.parameter import UninitializedTensorMixin
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    if torch.Tensor.npu not in UninitializedTensorMixin._allowed_methods:
+        UninitializedTensorMixin._allowed_methods.append(torch.Tensor.npu)
+    DefaultDeviceType.set_device_type("npu")
 
 
 def _native_snapshot() -> dict:

@@ -51,7 +51,7 @@ def test_fsdp2_mixed_precision_tied_gpt_matches_cpu_gloo():
     checks = set(re.findall(r"^CHECK (\S+) ok", npu, flags=re.M))
     assert {"tied_after_fully_shard", "param_count", "params_on_device", "reset_parameters_reproducible",
             "shards_differ", "rng_state_is_philox", "state_dict_loaded", "tied_after_load",
-            "both_models_identical"} <= checks, npu
+            "both_models_identical", "dcp_round_trip"} <= checks, npu
     assert "CHECK params_on_device ok npu:0" in npu and "CHECK params_on_device ok cpu" in cpu
     cpu_losses, npu_losses = _losses(cpu), _losses(npu)
     assert len(npu_losses) == len(cpu_losses) == 6

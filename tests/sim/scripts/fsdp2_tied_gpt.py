@@ -10,7 +10,8 @@ What it exercises on the device:
 * deferred init: a meta-device copy, ``to_empty`` then ``reset_parameters()`` on the sharded (DTensor)
   parameters, which on an accelerator goes through DTensor's ``OffsetBasedRNGTracker`` (16-byte Philox state);
   the init must be reproducible under a seed and differ between shards;
-* ``torch.distributed.checkpoint.state_dict``: the full state dict of the host model loaded into the deferred one.
+* ``torch.distributed.checkpoint``: the full state dict of the host model loaded into the deferred one, and a
+  sharded ``dcp.save``/``dcp.load`` round trip of the trained model.
 
 Prints ``CHECK <name> ok|FAIL``, ``LOSS <step> <value>`` and ``ALL_DONE``.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -71,7 +74,9 @@ class TinyGPT(nn.Module):
 
 
 def main() -> None:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         set_model_state_dict)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
@@ -158,6 +163,19 @@ def main() -> None:
         if rank == 0:
             print(f"LOSS {step} {losses[0]:.6f} {losses[1]:.6f}", flush=True)
     check("both_models_identical", losses[0] == losses[1], str(losses))
+
+    # 5. Sharded checkpoint round trip: the trained model's shards into a fresh deferred model.
+    ckpt = os.path.join(tempfile.gettempdir(), f"fsdp2_tied_gpt_{os.environ.get('MASTER_PORT', '0')}")
+    dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=ckpt)
+    restored = deferred(99)
+    target = {"model": get_model_state_dict(restored)}
+    dcp.load(target, checkpoint_id=ckpt)
+    set_model_state_dict(restored, target["model"])
+    check("dcp_round_trip", all(torch.equal(a.full_tensor(), b.full_tensor())
+                                for a, b in zip(restored.parameters(), model.parameters())))
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(ckpt, ignore_errors=True)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
