@@ -260,3 +260,16 @@ def test_rng_through_the_shim(sim, clean_shim):
     torch.cuda.set_rng_state(state)
     assert torch.equal(torch.randn(4, device="cuda"), a)
     assert [s.numel() for s in torch.cuda.get_rng_state_all()] == [16] * torch.cuda.device_count()
+
+
+# ------------------------------------------------------------------------------------------------ storages
+def test_storage_resized_to_nothing_stays_on_its_device(sim):
+    """FSDP1 frees a FlatParameter with ``_typed_storage()._resize_(0)`` and then ``set_()``s it onto its shard."""
+    flat = nn.Parameter(torch.ones(8, device="npu:1"))
+    flat._typed_storage()._resize_(0)
+    assert flat.untyped_storage().device == torch.device("npu", 1) and flat.untyped_storage().nbytes() == 0
+    shard = torch.arange(4.0, device="npu:1")
+    flat.data.set_(shard)
+    assert flat.device == torch.device("npu", 1) and flat.detach().cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    flat.untyped_storage().resize_(32)
+    assert flat.untyped_storage().device == torch.device("npu", 1)

@@ -634,8 +634,12 @@ struct NpuHooks final : at::PrivateUse1HooksInterface {
   }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
-    const c10::DeviceGuard guard(storage.device());
+    const c10::Device device = storage.device();
+    const c10::DeviceGuard guard(device);
     at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), nbytes);
+    // Resized to nothing, the CPU helper leaves an empty CPU DataPtr: the storage must stay on its device
+    // (FSDP frees a FlatParameter's storage with resize_(0), then set_()s it onto its shard).
+    if (nbytes == 0) storage.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, device));
   }
 };
 

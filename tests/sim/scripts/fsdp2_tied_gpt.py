@@ -10,6 +10,7 @@ What it exercises on the device:
 * deferred init: a meta-device copy, ``to_empty`` then ``reset_parameters()`` on the sharded (DTensor)
   parameters, which on an accelerator goes through DTensor's ``OffsetBasedRNGTracker`` (16-byte Philox state);
   the init must be reproducible under a seed and differ between shards;
+* FSDP1 (accelerator only) of the same host model: flattening, ``param.data =`` moves, ``resize_(0)`` frees;
 * ``torch.distributed.checkpoint``: the full state dict of the host model loaded into the deferred one, and a
   sharded ``dcp.save``/``dcp.load`` round trip of the trained model.
 
@@ -145,14 +146,26 @@ def main() -> None:
                                    for a, b in zip(lazy.parameters(), model.parameters())))
     check("tied_after_load", lazy.wte.weight is lazy.lm_head.weight)
 
-    # 4. Train both: same data on every backend.
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, lazy)]
+    models = [model, lazy]
+    if use_cuda:  # FSDP1 needs an accelerator: the same host model, flattened and moved with `param.data =`
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import MixedPrecision
+
+        torch.manual_seed(0)
+        fsdp1 = FSDP(TinyGPT(), device_id=device, use_orig_params=True,
+                     mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+        check("fsdp1_tied", fsdp1.module.wte.weight is fsdp1.module.lm_head.weight)
+        check("fsdp1_on_device", all(p.device == device for p in fsdp1.parameters()))
+        models.append(fsdp1)
+
+    # 4. Train them all: same data on every backend.
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in models]
     data = torch.Generator().manual_seed(1234)
     for step in range(STEPS):
         idx = torch.randint(0, VOCAB, (world, BATCH, SEQ + 1), generator=data)[rank]
         x, y = idx[:, :-1].to(device), idx[:, 1:].to(device)
         losses = []
-        for m, opt in zip((model, lazy), opts):
+        for m, opt in zip(models, opts):
             loss = m(x, y)
             loss.backward()
             opt.step()
@@ -161,8 +174,10 @@ def main() -> None:
             dist.all_reduce(reduced)
             losses.append(float(reduced) / world)
         if rank == 0:
-            print(f"LOSS {step} {losses[0]:.6f} {losses[1]:.6f}", flush=True)
+            print(f"LOSS {step} {' '.join(f'{v:.6f}' for v in losses)}", flush=True)
     check("both_models_identical", losses[0] == losses[1], str(losses))
+    if use_cuda:
+        check("fsdp1_matches_fsdp2", abs(losses[2] - losses[0]) < 5e-3, str(losses))
 
     # 5. Sharded checkpoint round trip: the trained model's shards into a fresh deferred model.
     ckpt = os.path.join(tempfile.gettempdir(), f"fsdp2_tied_gpt_{os.environ.get('MASTER_PORT', '0')}")
