@@ -15,6 +15,11 @@ Decisions where the hardware contract leaves room (see also torch_npu.md):
   by the indexing ops, as on CUDA.
 * Kernels run synchronously, so streams are always idle and events complete when recorded; memory has no
   caching allocator, so reserved == allocated.
+* Random numbers: the generator state is torch_npu's Philox (seed, offset) in 16 bytes and every random op
+  advances the offset (a multiple of 4); the numbers come from the CPU kernels, seeded per op by a hash of
+  (seed, offset), so they are reproducible from the state but are not Huawei's Philox stream.
+* CPU and npu tensors are shallow-copy compatible, as torch_npu registers it: ``Module.to`` keeps Parameters
+  (tied weights stay tied) and ``param.data = t.to("npu")`` works.
 
 Environment:
     ASCEND_SHIM_SIM_DEVICES   number of emulated devices (default 8)
