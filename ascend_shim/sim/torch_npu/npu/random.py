@@ -18,8 +18,6 @@ __all__ = [
     "default_generators", "get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all",
     "seed", "seed_all", "initial_seed",
 ]
-# Also torch.npu API (as in torch.cuda), outside the real module's random __all__.
-_PRIVATE_API = ("_get_rng_state_offset", "_set_rng_state_offset")
 
 
 # One Python object per device for the life of the process, like torch.cuda.default_generators.
@@ -83,6 +81,7 @@ def initial_seed() -> int:
     return _generator().initial_seed()
 
 
+# torch_npu defines these two in torch_npu.npu itself (as torch.cuda does), outside __all__.
 def _get_rng_state_offset(device="npu") -> int:
     """The Philox offset of the device's generator."""
     return _generator(device).get_offset()
