@@ -98,6 +98,7 @@ def _install() -> None:
     counters.set_native_source(_native_snapshot, _native_reset)
     _count_print_as_one_transfer(native)
     _check_autograd_engine()
+    _forget_probe(native)
     atexit.register(_let_autograd_threads_finish)
     _register_hccl()
 
@@ -112,6 +113,16 @@ def _check_autograd_engine() -> None:
             "autograd device queues without the npu device, so npu tensors cannot run backward in this process. "
             "Install the emulator earlier (before any backward), e.g. through `ascend_shim run` or at import."
         ) from exc
+
+
+def _forget_probe(native) -> None:
+    """The probe is the emulator's use of the device, not the program's: the device state stays uninitialized
+    (``torch.npu.is_initialized()``) until the program itself makes an npu tensor or asks for the runtime."""
+    from .torch_npu.npu import utils
+
+    for index in range(native.device_count()):
+        native.reset_accumulated(index)
+    utils._initialized = False
 
 
 def _claim_privateuse1() -> None:

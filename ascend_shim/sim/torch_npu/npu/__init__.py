@@ -48,8 +48,6 @@ from .utils import (_is_in_bad_fork, _lazy_call, _lazy_init, can_device_access_p
 from ._utils import _get_device_index  # noqa: F401
 from .memory import _dump_snapshot, _record_memory_history, _snapshot  # noqa: F401
 
-# Read by torch (e.g. checkpoint stashes device RNG states only when the device module is initialized).
-_initialized = True
 
 config = _npuConfig()
 matmul = _allowHF32Matmul()
@@ -83,4 +81,10 @@ __all__ = list(NPU_ALL)
 # Kept for callers of the earlier API: the real names without an implementation here.
 UNEMULATED = frozenset(unemulated_names(__import__(__name__, fromlist=["_"])))
 
-__getattr__ = module_getattr("torch.npu", REAL_EXTRA)
+_extra_getattr = module_getattr("torch.npu", REAL_EXTRA)
+
+
+def __getattr__(name: str):
+    if name == "_initialized":  # read by torch (activation checkpointing): follows the lazy device state
+        return is_initialized()
+    return _extra_getattr(name)
