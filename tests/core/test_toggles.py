@@ -41,7 +41,7 @@ def test_backend_toggle(demo_env):
     ("ASCEND_SHIM_DISABLE", "a,,b", "malformed"),
     ("ASCEND_SHIM_ONLY", "bad id!", "not a valid id"),
     ("ASCEND_SHIM_ENABLE", "x,,", "malformed"),
-    ("ASCEND_SHIM_PATCH_MODULES", "not-a-module", "not a valid id"),
+    ("ASCEND_SHIM_PATCH_MODULES", "not-a-module", "not a valid module name"),
 ])
 def test_bad_values_name_the_valid_ones(var, value, needle):
     with pytest.raises(ConfigError, match=needle) as info:
