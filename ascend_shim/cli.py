@@ -197,6 +197,9 @@ def _run_program(fn) -> int:
         print(code, file=sys.stderr)
         return 1
     except ProgramNotFound as exc:  # python: "<python>: No module named x", status 1
+        from .activation import set_summary_printing
+
+        set_summary_printing(False)  # nothing ran: the one line is all there is to say
         print(f"ascend-shim run: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -199,6 +199,7 @@ def run_directory(path: str, argv: list[str] | None = None) -> None:
     """``python DIR`` / ``python archive.zip``: its ``__main__`` with ``DIR`` as ``sys.path[0]``."""
     if argv is not None:
         sys.argv[:] = argv
+    path = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)  # as CPython: absolute, not normalized
     if cli_owns_path0() and sys.path:
         sys.path[0] = path
     else:
