@@ -255,6 +255,7 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
 
 
 _finder: RewriteFinder | None = None
+_last_config: "_Config | None" = None  # whose note the report carries (one note: the latest rule)
 
 
 def install(roots, packages=()) -> None:
@@ -265,7 +266,7 @@ def install(roots, packages=()) -> None:
     user's wherever installed (env ``ASCEND_SHIM_USER_PACKAGES``). Calling again replaces both lists.
     Modules imported before ``install`` stay as they are.
     """
-    global _finder
+    global _finder, _last_config
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
     if isinstance(packages, str):
@@ -281,7 +282,7 @@ def install(roots, packages=()) -> None:
                               "torch_npu and ascend_shim are never rewritten)")
     config = _Config([os.fspath(r) for r in roots], packages)
     with _lock:
-        old_note = _finder.config.describe() if _finder is not None else ""
+        old_note = _last_config.describe() if _last_config is not None else ""
         if _finder is None:
             _finder = RewriteFinder(config)
         else:
@@ -291,6 +292,7 @@ def install(roots, packages=()) -> None:
         sys.meta_path.insert(0, _finder)
         runpy.run_path = _run_path_hook
         _replace_note(old_note, config.describe())
+        _last_config = config
 
 
 def uninstall() -> None:
