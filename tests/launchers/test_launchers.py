@@ -132,12 +132,15 @@ def test_torchrun_console_script_snippet_prints_true_in_every_worker(tmp_path):
 
 
 @pytest.mark.slow
-def test_spawned_children_of_a_worker_rewrite_the_main_functions(tmp_path):
-    """torch.multiprocessing.spawn and multiprocessing spawn re-import the worker's main as __mp_main__."""
+@pytest.mark.parametrize("where", ["run", "torchrun-worker"])
+def test_spawned_children_rewrite_the_main_functions(tmp_path, where):
+    """torch.multiprocessing.spawn and multiprocessing spawn re-import the main script as __mp_main__, under
+    ``run`` and in a launcher's worker alike."""
     out = tmp_path / "out"
     out.mkdir()
-    proc = shim_run(["-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(_free_port()),
-                     "spawner.py", str(out)])
+    launcher = [] if where == "run" else ["-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port",
+                                          str(_free_port())]
+    proc = shim_run([*launcher, "spawner.py", str(out)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = {p.name: json.loads(p.read_text()) for p in out.iterdir()}
     assert sorted(got) == ["mp0.json", "mp1.json", "parent.json", "tmp0.json", "tmp1.json"]
