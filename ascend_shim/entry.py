@@ -44,7 +44,7 @@ def _is_shim_frame(frame) -> bool:
 
 
 def user_traceback(exc: BaseException):
-    """``exc``'s traceback from the user's main program on (None if it never reached user code)."""
+    """``exc``'s traceback from the user's main program on (the whole one if it never reached user code)."""
     tb = exc.__traceback__
     first = tb
     while first is not None and id(first.tb_frame.f_code) not in _main_codes:
@@ -173,13 +173,10 @@ def run_file(path: str, argv: list[str] | None = None, *, own_path0: bool = True
 
 
 def _run_spec(mod_name: str, spec, code) -> None:
+    """As ``runpy._run_module_as_main``: the code (rewritten by the import hook when it is the user's) runs in a
+    fresh ``__main__`` whose ``__spec__`` is the module's."""
     module = _fresh_main(__name__="__main__", __doc__=None, __package__=spec.parent, __spec__=spec,
                          __file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader)
-    if code.co_filename and os.path.isfile(code.co_filename):
-        from .rewrite import hook
-
-        if hook._finder is not None and hook._finder.config.wants(mod_name, code.co_filename):
-            hook._finder.config.saw(code.co_filename, mod_name)
     _mark_main(code)
     _install_excepthook()
     exec(code, module.__dict__)

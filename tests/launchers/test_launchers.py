@@ -6,7 +6,6 @@ script (no shim) gives the weights the NPU ranks must agree on.
 """
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
