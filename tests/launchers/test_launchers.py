@@ -196,7 +196,7 @@ def _bootstrap_env(**extra):
                  "PYTHONPATH": BOOTSTRAP_DIR, **extra})
 
 
-@pytest.mark.parametrize("argv", [["probe.py", "a", "3"], ["./probe.py", "--fail"]])
+@pytest.mark.parametrize("argv", [["probe.py", "a", "3"], ["./probe.py", "--fail"], ["-P", "probe.py", "3"]])
 def test_an_activated_child_runs_its_script_like_python(tmp_path, argv):
     """Same module attributes, argv, sys.path[0], exit status and traceback as plain python; only the rewrite
     differs (the probe's ``"cuda" == <npu>`` comparison is rewritten, so it holds for "npu")."""
@@ -209,7 +209,7 @@ def test_an_activated_child_runs_its_script_like_python(tmp_path, argv):
     p, s = json.loads(plain.stdout), json.loads(shim.stdout)
     assert p.pop("gate") is False and s.pop("gate") is True
     assert s == p
-    assert s["spec"] == "None" and s["path0"] == str(tmp_path)
+    assert s["spec"] == "None" and (s["path0"] == str(tmp_path)) == ("-P" not in argv)
     if "--fail" in argv:
         assert shim.stderr.strip().splitlines() == plain.stderr.strip().splitlines()
         assert shim.stderr.splitlines()[1].startswith(f'  File "{tmp_path}/./probe.py", line 9, in <module>')
