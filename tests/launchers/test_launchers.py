@@ -202,7 +202,8 @@ def test_an_activated_child_runs_its_script_like_python(tmp_path, argv):
     differs (the probe's ``"cuda" == <npu>`` comparison is rewritten, so it holds for "npu")."""
     (tmp_path / "probe.py").write_text(WORKER_PROBE)
     # the same sys.path in both (the bootstrap on PYTHONPATH does nothing without ASCEND_SHIM=1)
-    plain = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=_bootstrap_env(PROBE_DEVICE="npu", ASCEND_SHIM="0"),
+    plain = subprocess.run([sys.executable, *argv], cwd=tmp_path,
+                           env=_bootstrap_env(PROBE_DEVICE="npu", ASCEND_SHIM="0"),
                            capture_output=True, text=True, timeout=120)
     shim = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=_bootstrap_env(PROBE_DEVICE="npu"),
                           capture_output=True, text=True, timeout=120)
