@@ -19,7 +19,7 @@ class _Unbound:  # placeholder until torch is imported: activating the shim must
     pass
 
 
-_TorchDevice: type = _Unbound  # the real torch.device class, even after torch.device is proxied
+_TorchDevice: type = _Unbound  # torch.device, bound once torch is imported (read here on hot paths)
 
 
 def bind_torch() -> None:
