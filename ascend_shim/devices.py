@@ -64,6 +64,17 @@ def translate(value, *, ints: bool = False):
     return value
 
 
+def untranslate(value):
+    """The CUDA device string the user's code meant by an npu one (``"npu:1"`` -> ``"cuda:1"``), else ``value``:
+    what the shim writes where a CUDA program's output is kept (checkpoint location tags)."""
+    if type(value) is str and value.startswith(NPU):
+        if value == NPU:
+            return "cuda"
+        if value[3:4] == ":" and value[4:].isdigit():
+            return "cuda" + value[3:]
+    return value
+
+
 def translate_backend(value):
     """``"nccl"`` -> ``"hccl"``; ``"cpu:gloo,cuda:nccl"`` -> ``"cpu:gloo,npu:hccl"``; anything else unchanged."""
     if type(value) is not str:

@@ -228,10 +228,13 @@ def module_to_empty(ctx):
 @devices.patch("torch:load", covers=("torch.load",),
                why="checkpoints saved on GPUs restore to 'cuda:N'; map_location='cuda' names CUDA.",
                what="map_location values only (str, device, dict values) are translated, never the file name; "
-                    "with no map_location, storages saved on cuda:N restore to npu:N.",
+                    "storages tagged cuda:N restore to npu:N (with no map_location, after a callable that returns "
+                    "None, and for tags a dict does not map); a dict key cuda:N also maps npu:N tags and back.",
                remove_when=REMOVE)
 def load(ctx):
     import torch.serialization as ser
+
+    from ascend_shim.devices import untranslate
 
     orig = ctx.original
 
@@ -242,16 +245,33 @@ def load(ctx):
             return ser.default_restore_location(storage, new)
         return None
 
+    def after(user_map):
+        def restore(storage, location):
+            result = user_map(storage, location)
+            return restore_cuda_on_npu(storage, location) if result is None else result
+        return restore
+
+    def mapped(mapping):
+        def restore(storage, location):
+            target = mapping.get(location)
+            if target is None:  # a key names the tag's counterpart (cuda:N for npu:N) or nothing
+                alias = translate(location) if location.startswith("cuda") else untranslate(location)
+                target = mapping.get(alias, location)
+            new = translate(target)
+            if new is not target:
+                note("torch.load", "map_location", f"{location} -> {target}", new)
+            return ser.default_restore_location(storage, new)
+        return restore
+
     @functools.wraps(orig)
     def load_(f, map_location=None, *args, **kwargs):
         if map_location is None:
             map_location = restore_cuda_on_npu
         elif isinstance(map_location, dict):
-            new_map = {k: translate(v) for k, v in map_location.items()}
-            if any(new_map[k] is not v for k, v in map_location.items()):
-                note("torch.load", "map_location", map_location, new_map)
-            map_location = new_map
-        elif not callable(map_location):
+            map_location = mapped(map_location)
+        elif callable(map_location):
+            map_location = after(map_location)
+        else:
             new = translate(map_location)
             if new is not map_location:
                 note("torch.load", "map_location", map_location, new)
