@@ -141,7 +141,7 @@ def _install(cls: type, make_new):
     new = make_new(original)
     new.__name__, new.__qualname__, new.__module__ = "__new__", f"{cls.__qualname__}.__new__", cls.__module__
     new.__wrapped__ = builtin_new
-    new._c_constructor = c_new  # keeps the foreign function alive as long as the hook
+    new.__ascend_shim_original__ = original  # the untranslated constructor (keeps the foreign function alive)
 
     with _lock:
         rerouted = [sub for sub in _heap_subclasses(cls) if _words(sub)[index] == original_ptr]
