@@ -44,9 +44,19 @@ def cuda_state():
 
 
 # -- reading an archive without torch -----------------------------------------------------------------------
+class _Made(dict):
+    """Whatever a pickled global call made: its qualified name and arguments (a dict, so containers fill it)."""
+
+    def __init__(self, name, args):
+        super().__init__()
+        self.name, self.args = name, args
+
+    def __setstate__(self, state):
+        self.state = state
+
+
 class _Reader(pickle.Unpickler):
-    """Unpickles torch's data.pkl into plain tuples: every global call becomes (qualified name, args) and every
-    storage ("storage", location tag)."""
+    """Unpickles torch's data.pkl without torch: global calls become :class:`_Made`, storages their tags."""
 
     def __init__(self, stream, tags):
         super().__init__(stream)
@@ -57,7 +67,18 @@ class _Reader(pickle.Unpickler):
         return ("storage", pid[3])
 
     def find_class(self, module, name):
-        return lambda *args: (f"{module}.{name}", args)
+        return lambda *args: _Made(f"{module}.{name}", args)
+
+
+def _devices(obj, found):
+    if isinstance(obj, _Made) and obj.name == "torch.device":
+        found.append(obj.args)
+    children = list(obj.values()) if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else []
+    if isinstance(obj, _Made):
+        children += list(obj.args) + [getattr(obj, "state", None)]
+    for child in children:
+        _devices(child, found)
+    return found
 
 
 def written(path):
@@ -74,8 +95,7 @@ def written(path):
         for _ in range(3):  # magic number, protocol version, system info
             _Reader(stream, []).load()
         obj = _Reader(stream, tags).load()
-    devices = sorted(v[1] for v in obj.values() if isinstance(v, tuple) and v[0] == "torch.device")
-    return sorted(tags), devices, data
+    return sorted(tags), sorted(_devices(obj, [])), data
 
 
 CUDA_TAGS = ["cpu", "cuda:0", "cuda:1"]  # what torch tags the storages of cuda_state() with on a CUDA machine
