@@ -239,3 +239,40 @@ def test_compile_traces_device_code_like_the_npu_native_code(fn, monkeypatch):
     finally:
         torch._dynamo.reset()
         ascend_shim.deactivate()
+
+
+# -- the constructor hook itself ------------------------------------------------------------------------------
+def test_the_constructor_hook_on_another_c_type_and_what_it_refuses():
+    import datetime
+
+    from ascend_shim.errors import TargetMissing
+    from ascend_shim.patches._constructors import hook_constructor
+
+    cls = datetime.timedelta  # a static C type with its own constructor, as torch.device
+
+    def doubling(original):
+        def __new__(klass, *args, **kwargs):
+            return original(klass, (args[0] * 2,) + args[1:] if args else args, kwargs)
+        return __new__
+
+    class Before(cls):
+        pass
+
+    builtin_new = cls.__dict__["__new__"]
+    undo = hook_constructor(cls, doubling, probe=(1,))
+    try:
+        assert cls(1).days == 2 and cls(days=3).days == 3 and cls.__new__(cls, 5).days == 10
+        assert type(cls(1)) is cls and Before(2).days == 4
+        with pytest.raises(TypeError):
+            cls("x")
+    finally:
+        undo()
+    assert cls(1).days == 1 and cls.__dict__["__new__"] is builtin_new and Before(2).days == 2
+
+    class Heap:
+        pass
+
+    with pytest.raises(TargetMissing, match="not a C extension type"):
+        hook_constructor(Heap, doubling)
+    with pytest.raises(TargetMissing, match="no constructor of its own"):
+        hook_constructor(type(iter([])), doubling)
