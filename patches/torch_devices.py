@@ -34,17 +34,19 @@ devices = PatchSet(
 def device(ctx):
     import torch
 
+    device_class = torch.device
+
     def make_new(original):
         def __new__(cls, *args, **kwargs):
             made = original(cls, args, kwargs)
-            if made.type == "cuda":
+            if type(made) is device_class and made.type == "cuda":  # a torch function mode may return others
                 new = translate(made)
                 note("torch.device", "device", made, new)
                 return new
             return made
         return __new__
 
-    return hook_constructor(torch.device, make_new, probe=("cpu",))
+    return hook_constructor(device_class, make_new, probe=("cpu",))
 
 
 def _device_kw_new(api):

@@ -67,6 +67,15 @@ def test_every_way_of_constructing_a_device_is_translated(shim):
     assert StreamDuring("cuda").device.type == "npu"
 
 
+def test_rewritten_comparisons_still_get_real_cuda_counterparts(shim, monkeypatch):
+    from ascend_shim.rewrite import runtime
+
+    monkeypatch.setattr(runtime, "_cuda_devices", {})
+    cuda = runtime.counterpart(torch.device("npu", 1))
+    assert type(cuda) is torch.device and (cuda.type, cuda.index) == ("cuda", 1)
+    assert runtime.eq(torch.device("npu", 1), cuda) is True
+
+
 def test_errors_of_the_constructor_are_unchanged(shim):
     with pytest.raises(RuntimeError, match="Expected one of cpu, cuda"):
         torch.device("bogus")
