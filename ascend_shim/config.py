@@ -56,6 +56,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "from fp8 / Hopper-only kernels, which the NPU lacks."),
     EnvVar("ASCEND_SHIM_COMPILE_BACKEND", "compile_backend", "eager", "eager | aot_eager | inductor | none",
            "The backend `torch.compile` uses on the NPU when the code asks for inductor (`none`: do not compile)."),
+    EnvVar("ASCEND_SHIM_SAVE_DEVICE", "save_device", "cuda", "cuda | npu",
+           "Device named in checkpoints (`torch.save`, distributed checkpoints): `cuda` writes what the code "
+           "believes it saved, a CUDA checkpoint that opens anywhere; `npu` keeps npu tags for pipelines that "
+           "load on NPUs without the shim."),
     EnvVar("ASCEND_SHIM_REWRITE", "rewrite", "1", "0 | 1",
            "Rewrite `x.device.type == \"cuda\"`-style comparisons in the user's own modules so they hold on the NPU."),
     EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package names",
@@ -110,6 +114,7 @@ class Config:
     patch_modules: tuple[str, ...] = ()
     cuda_capability: str = "8.0"
     compile_backend: str = "eager"
+    save_device: str = "cuda"
     rewrite: bool = True
     user_packages: tuple[str, ...] = ()
     user_roots: tuple[str, ...] = ()
@@ -169,6 +174,11 @@ def _coerce(var: EnvVar, raw):
         value = str(raw).strip()
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
             raise ConfigError(f"{name}={raw!r} is not a backend name; e.g. eager, aot_eager, inductor, none")
+        return value
+    if var.field == "save_device":
+        value = str(raw).strip().lower()
+        if value not in ("cuda", "npu"):
+            raise ConfigError(f"{name}={raw!r} is not a checkpoint device; valid values: cuda, npu")
         return value
     if var.field == "user_roots":
         items = raw.split(os.pathsep) if isinstance(raw, str) else list(raw)
