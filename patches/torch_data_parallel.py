@@ -17,7 +17,9 @@ REMOVE = "torch_npu provides the multi-device scatter/gather/broadcast kernels (
 ADVICE = ("Use DistributedDataParallel with one process per NPU instead, e.g. `python -m ascend_shim run -m "
           "torch.distributed.run --nproc_per_node N train.py` with init_process_group('nccl') (it becomes hccl); "
           "or give DataParallel a single device (device_ids=[0], or ASCEND_RT_VISIBLE_DEVICES=0).")
-COMM_FUNCTIONS = ("broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")
+#: the torch.cuda.comm functions that need CUDA-only kernels of torch._C (reduce_add and reduce_add_coalesced fall
+#: back to plain copies and additions when NCCL is absent, and work on the NPU as they are)
+COMM_FUNCTIONS = ("broadcast", "broadcast_coalesced", "scatter", "gather")
 
 data_parallel = PatchSet(
     id="torch_data_parallel", title="nn.DataParallel on one NPU runs the module directly; more NPUs, and "
@@ -184,7 +186,7 @@ def _declare_comm(name: str) -> None:
         def unsupported(*args, **kwargs):
             report.unsupported(feature, "no single-process multi-device kernels in torch_npu")
             raise UnsupportedOnNPUError(feature, pid, "torch_npu has no single-process multi-device "
-                                                      "broadcast/scatter/gather/reduce kernels. Use torch.distributed "
+                                                      "broadcast/scatter/gather kernels. Use torch.distributed "
                                                       "collectives (one process per NPU, hccl) or copy with "
                                                       "tensor.to(device).")
 

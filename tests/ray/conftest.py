@@ -33,8 +33,10 @@ def clean_env(**extra) -> dict:
 def _cluster_pids(temp_dir: str) -> list[int]:
     import psutil
 
-    found = []
+    found, me = [], os.getpid()
     for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.info["pid"] == me:
+            continue
         try:
             if any(temp_dir in part for part in proc.info["cmdline"] or ()):
                 found.append(proc.info["pid"])
