@@ -224,7 +224,7 @@ def test_cli_json(cli_env, capsys):
     assert s["by_verdict"] == {v: sum(e[-1] == v for e in EXPECTED) for v in symbols.VERDICTS}
     assert s["by_verdict"] == {"covered": 14, "fallback": 3, "neutral": 4, "unsupported": 8, "not covered": 14}
     assert s["by_category_verdict"]["cuda-graph"] == {"unsupported": 2, "covered": 1}
-    assert data["unsupported"] == 7
+    assert data["unsupported"] == 8
 
 
 def test_cli_csv_only_unsupported(cli_env, capsys):
