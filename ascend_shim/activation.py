@@ -277,6 +277,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
                 _export_env(config, chosen, root)
             hooks.on_batch_end(_sweep)
             hooks.when_imported("torch", lambda m: _on_torch_import(generation, m))
+            backend_mod.prepare(chosen)
             at_once = []
             for s in sets:
                 status, reason, found = set_status(s, config, chosen)
@@ -319,6 +320,7 @@ def _deactivate_locked() -> None:
     _state.active = False
     _state.generation += 1
     hooks.clear()
+    backend_mod.unprepare()
     _run_undos("deactivate", [u for _, u in _state.undos])
     _state.undos = []
     patching.revert_all()

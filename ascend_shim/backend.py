@@ -7,7 +7,9 @@ imports torch.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
+import sys
 
 from .errors import ConfigError
 
@@ -35,3 +37,34 @@ def bring_up(backend: str) -> None:
         sim.install()
     else:  # resolve() has already turned "auto" into a concrete backend
         raise ConfigError(f"unknown backend {backend!r}")
+
+
+class _TorchFirst(importlib.abc.MetaPathFinder):
+    """Under ``sim``, ``import torch_npu`` before ``import torch`` (Ray workers, vllm-style plugins) imports torch
+    first: that brings the emulator up, which registers the ``torch_npu`` alias that then answers the import."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch_npu" or "torch" in sys.modules:
+            return None
+        from . import activation
+
+        if activation.current_backend() != "sim":
+            return None
+        importlib.import_module("torch")
+        from . import virtual
+
+        return virtual._finder.find_spec(fullname, path, target)
+
+
+_torch_first = _TorchFirst()
+
+
+def prepare(backend: str) -> None:
+    """At activation, before torch is imported: under ``sim``, let ``import torch_npu`` come first."""
+    if backend == "sim" and _torch_first not in sys.meta_path:
+        sys.meta_path.append(_torch_first)
+
+
+def unprepare() -> None:
+    if _torch_first in sys.meta_path:
+        sys.meta_path.remove(_torch_first)

@@ -19,7 +19,7 @@ import types
 
 from ascend_shim.registry import PatchSet
 
-from ._wrappers import translate_arg
+from ._wrappers import note, translate_arg
 
 REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
 cuda = PatchSet(
@@ -67,6 +67,14 @@ NEUTRAL = {"get_arch_list": [], "get_gencode_flags": "", "has_half": True, "has_
 LEGACY_TENSORS = {"BFloat16Tensor": "bfloat16", "BoolTensor": "bool", "ByteTensor": "uint8", "CharTensor": "int8",
                   "DoubleTensor": "float64", "FloatTensor": "float32", "HalfTensor": "float16",
                   "IntTensor": "int32", "LongTensor": "int64", "ShortTensor": "int16"}
+
+# The torch.npu names this set maps onto, and what its patch does where a torch_npu release lacks one:
+# "skip" -- resolved through _npu(), so the patch is skipped and reported; "fallback" -- a reported fallback;
+# "required" -- read directly, it must exist in every torch_npu release of the set's torch range.
+# (tests/contract checks this against the real releases.)
+NPU_NAMES = {**{name: "skip" for name in (*ALIASES, *DEVICE_ARG, "NPUGraph", "default_generators")},
+             "mstx": "fallback", "is_available": "required", "device_count": "required",
+             "get_device_properties": "required"}
 
 
 def _npu(ctx, name):
@@ -355,6 +363,52 @@ for _name, _dtype in LEGACY_TENSORS.items():
                what=f"builds an npu tensor of dtype {_dtype} (no silent precision change: DoubleTensor stays "
                     "float64); isinstance checks dtype and npu device.",
                remove_when=REMOVE)(lambda ctx, _name=_name, _dtype=_dtype: _legacy_tensor(_name, _dtype))
+
+def _npu_memory(ctx, name):
+    """``torch.npu.memory.<name>``, or skip this patch (reported) where the backend lacks it."""
+    import torch
+
+    return ctx.need(torch.npu.memory, name, "torch.npu.memory")
+
+
+for _name in ("_record_memory_history", "_snapshot", "_dump_snapshot"):
+    cuda.patch(f"torch.cuda.memory:{_name}", kind="replace", covers=(f"torch.cuda.memory.{_name}",),
+               why=f"torch.cuda.memory.{_name} (memory-history snapshots) talks to the CUDA caching allocator.",
+               what=f"torch.cuda.memory.{_name} is torch.npu.memory.{_name} (the NPU allocator's snapshot).",
+               remove_when=REMOVE)(lambda ctx, _name=_name: _npu_memory(ctx, _name))
+
+
+def _npu_type_name(value):
+    """"torch.npu.HalfTensor" for "torch.cuda.HalfTensor" or the torch.cuda.HalfTensor class; else None."""
+    if isinstance(value, str):
+        prefix, _, name = value.rpartition(".")
+        return f"torch.npu.{name}" if prefix == "torch.cuda" and name in LEGACY_TENSORS else None
+    name = getattr(value, "__name__", None)
+    if name in LEGACY_TENSORS and getattr(value, "is_cuda", False) is True and isinstance(value, type):
+        return f"torch.npu.{name}"
+    return None
+
+
+@cuda.patch("torch:Tensor.type", covers=("Tensor.type",),
+            why="x.type('torch.cuda.HalfTensor') and x.type(torch.cuda.HalfTensor) convert to a CUDA tensor type.",
+            what="the CUDA type (string or class) becomes the NPU's (torch.npu.HalfTensor): same dtype, on the NPU; "
+                 "other arguments pass through.",
+            remove_when=REMOVE)
+def tensor_type(ctx):
+    original = ctx.original
+
+    @functools.wraps(original)
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        new = _npu_type_name(dtype)
+        if new is not None:
+            note("Tensor.type", "dtype", dtype if isinstance(dtype, str) else f"torch.cuda.{dtype.__name__}", new)
+            dtype = new
+        if dtype is None:
+            return original(self, **kwargs) if kwargs else original(self)
+        return original(self, dtype, non_blocking, **kwargs)
+
+    return type
+
 
 for _name in ("custom_fwd", "custom_bwd"):
     cuda.patch(f"torch.amp:{_name}", covers=(f"torch.cuda.amp.{_name}", f"torch.amp.{_name}"),

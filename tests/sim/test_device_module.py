@@ -272,35 +272,224 @@ def test_npu_graphs_are_a_clear_error():
 # ---- the module's name space -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["utilization", "mstx", "set_dump", "FloatTensor", "MemPool", "memory_snapshot",
-                                  "caching_allocator_alloc", "get_npu_overflow_flag", "ExternalStream"])
-def test_unemulated_real_names_raise_not_emulated(name):
-    with pytest.raises(NotImplementedError, match=f"torch.npu.{name} is not emulated by ascend_shim's sim backend"):
-        getattr(torch.npu, name)
+@pytest.mark.parametrize("name", ["set_dump", "MemPool", "use_mem_pool", "ExternalStream", "host_memory_stats",
+                                  "graph_task_group_begin", "npurt", "NPUPluggableAllocator"])
+def test_unemulated_real_names_exist_and_raise_only_when_used(name):
+    from ascend_shim.sim.torch_npu.npu import NotEmulatedError
+
+    assert hasattr(torch.npu, name)  # looking it up never raises
+    assert name in torch.npu.unemulated_names()
+    with pytest.raises(NotEmulatedError, match=f"torch.npu.{name} is not emulated by ascend_shim's sim backend"):
+        getattr(torch.npu, name)()
 
 
-@pytest.mark.parametrize("qualname", ["memory._record_memory_history", "memory.MemPool", "graphs.graph_task_group_begin",
+def test_placeholder_classes_stay_classes():
+    assert isinstance(torch.npu.MemPool, type) and isinstance(torch.npu.ExternalStream, type)
+    assert issubclass(torch.npu.ExternalStream, torch.npu.Stream)
+
+    class Sub(torch.npu.MemPool):
+        pass
+
+    with pytest.raises(NotImplementedError, match="MemPool is not emulated"):
+        Sub()
+
+
+@pytest.mark.parametrize("qualname", ["memory.MemPool", "memory.host_memory_stats", "graphs.graph_task_group_begin",
                                       "streams.ExternalEvent"])
-def test_unemulated_names_of_submodules_raise_not_emulated(qualname):
+def test_names_of_submodules_exist_and_raise_when_used(qualname):
     module, name = qualname.split(".")
-    with pytest.raises(NotImplementedError, match=f"torch.npu.{qualname} is not emulated"):
-        getattr(getattr(torch.npu, module), name)
+    obj = getattr(getattr(torch.npu, module), name)
+    with pytest.raises(NotImplementedError, match=f"torch.npu.{name} is not emulated"):
+        obj()
     with pytest.raises(AttributeError):
         getattr(getattr(torch.npu, module), "no_such_name")
 
 
-def test_every_name_of_the_real_module_is_implemented_or_refused():
+def test_every_name_of_the_real_module_is_present():
     from ascend_shim.sim.torch_npu.npu import _unemulated
 
-    for name in _unemulated.REAL_ALL:
-        try:
-            getattr(torch.npu, name)
-        except _unemulated.NotEmulatedError:
-            assert name in torch.npu.UNEMULATED
-        else:
-            assert name not in torch.npu.UNEMULATED
-    for name in torch.npu.__all__:
+    assert len(_unemulated.NPU_ALL) == 144 and list(torch.npu.__all__) == list(_unemulated.NPU_ALL)
+    for name in _unemulated.NPU_ALL:
         assert getattr(torch.npu, name) is not None
+    assert set(torch.npu.unemulated_names()) == set(torch.npu.UNEMULATED)
+    assert {"NPUGraph", "graph", "MemPool"} <= torch.npu.UNEMULATED
+    assert not {"utilization", "mstx", "FloatTensor", "memory_snapshot"} & torch.npu.UNEMULATED
+
+
+# ---- names computed on the host -------------------------------------------------------------------------
+
+
+def test_typed_tensor_classes():
+    x = torch.ones(3, device="npu")
+    assert isinstance(x, torch.npu.FloatTensor) and not isinstance(x, torch.npu.HalfTensor)
+    assert not isinstance(torch.ones(3), torch.npu.FloatTensor)
+    h = torch.npu.HalfTensor(2, 3)
+    assert h.dtype == torch.float16 and h.device == torch.device("npu", 0) and h.shape == (2, 3)
+    assert torch.npu.LongTensor([1, 2]).tolist() == [1, 2]
+    assert torch.npu.FloatTensor(2, device="npu:1").device == torch.device("npu", 1)
+    assert x.type() == "torch.npu.FloatTensor"
+    for target in (torch.npu.HalfTensor, "torch.npu.HalfTensor"):
+        y = x.type(target)
+        assert y.dtype == torch.float16 and y.device.type == "npu" and y.tolist() == [1.0, 1.0, 1.0]
+    assert x.type(torch.float64).dtype == torch.float64
+    assert torch.npu.BFloat16Tensor.dtype == torch.bfloat16
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TypedStorage deprecation
+        s = torch.npu.FloatStorage(4)
+    assert s.device.type == "npu" and s.dtype == torch.float32 and s.size() == 4
+
+
+def test_mstx_ranges_return_torch_npu_values():
+    mstx = torch.npu.mstx
+    first, second = mstx.range_start("step"), mstx.range_start("step")
+    assert isinstance(first, int) and first > 0 and second != first
+    assert mstx.range_end(first) is None and mstx.mark("here") is None
+    assert mstx.range_push("outer") == 0 and mstx.range_push("inner") == 1
+    assert mstx.range_pop() == 1 and mstx.range_pop() == 0 and mstx.range_pop() == -1
+    with pytest.warns(UserWarning, match="Invalid message"):
+        assert mstx.range_start("") == 0
+    with pytest.warns(UserWarning, match="Invalid stream"):
+        assert mstx.range_start("x", stream="not a stream") == 0
+    assert mstx.range_start("on a stream", stream=torch.npu.current_stream()) > 0
+
+    @mstx.mstx_range("decorated")
+    def double(v):
+        return 2 * v
+
+    assert double(3) == 6
+
+
+def test_utilization_ipc_collect_and_device_checks():
+    assert torch.npu.utilization() == 0 and torch.npu.utilization(1) == 0
+    with pytest.raises(AssertionError, match="Invalid device id"):
+        torch.npu.utilization(99)
+    assert torch.npu.ipc_collect() is None
+    assert torch.npu.check_uce_in_memory(0) == 0
+    with pytest.warns(UserWarning, match="NPU does not use blas handle"):
+        assert torch.npu.current_blas_handle() is None
+    with pytest.raises(RuntimeError, match="soc_version >= Ascend910B1"):
+        torch.npu.get_npu_overflow_flag()
+
+
+def test_memory_snapshot_lists_the_live_blocks():
+    keep = torch.empty(3 * MiB, dtype=torch.uint8, device="npu:1")
+    segments = [s for s in torch.npu.memory_snapshot() if s["address"] == keep.data_ptr()]
+    assert len(segments) == 1
+    seg = segments[0]
+    assert seg["device"] == 1 and seg["total_size"] == 3 * MiB and seg["segment_type"] == "large"
+    assert seg["blocks"] == [{"address": keep.data_ptr(), "size": 3 * MiB, "requested_size": 3 * MiB,
+                              "state": "active_allocated", "frames": []}]
+    listed = sum(s["total_size"] for s in torch.npu.memory_snapshot() if s["device"] == 1)
+    assert listed == torch.npu.memory_allocated(1)
+    del keep
+    assert all(s["device"] != 1 or s["total_size"] != 3 * MiB for s in torch.npu.memory_snapshot())
+    snap = torch.npu.memory._snapshot()
+    assert set(snap) == {"segments", "device_traces", "allocator_settings"}
+    assert len(snap["device_traces"]) == torch.npu.device_count()
+
+
+def test_record_memory_history_and_dump(tmp_path):
+    import pickle
+
+    with pytest.warns(UserWarning, match="no allocation stack frames"):
+        torch.npu.memory._record_memory_history(max_entries=1000)
+    x = torch.ones(1024, device="npu")
+    torch.npu.memory._dump_snapshot(str(tmp_path / "snap.pickle"))
+    torch.npu.memory._record_memory_history(enabled=None)
+    snap = pickle.loads((tmp_path / "snap.pickle").read_bytes())
+    assert any(s["address"] == x.data_ptr() for s in snap["segments"])
+    with pytest.raises(ValueError):
+        torch.npu.memory._record_memory_history(enabled="sometimes")
+
+
+def test_caching_allocator_alloc_and_delete_are_accounted():
+    before = torch.npu.memory_allocated(0)
+    ptr = torch.npu.caching_allocator_alloc(4096)
+    assert isinstance(ptr, int) and torch.npu.memory_allocated(0) == before + 4096
+    torch.npu.caching_allocator_delete(ptr)
+    assert torch.npu.memory_allocated(0) == before
+    with pytest.raises(RuntimeError):
+        torch.npu.caching_allocator_delete(ptr)
+    assert torch.npu.get_allocator_backend() == "native"
+
+
+def test_task_queue_and_sync_debug_switches(monkeypatch):
+    assert torch.npu.get_task_queue_enable() == 1
+    torch.npu.set_task_queue_enable(2)
+    assert torch.npu.get_task_queue_enable() == 2
+    monkeypatch.setenv("ASCEND_LAUNCH_BLOCKING", "1")
+    assert torch.npu.get_task_queue_enable() == 0
+    monkeypatch.delenv("ASCEND_LAUNCH_BLOCKING")
+    torch.npu.set_task_queue_enable("1")
+    assert torch.npu.get_task_queue_enable() == 1
+    with pytest.raises(RuntimeError, match="mode must be 0, 1, or 2"):
+        torch.npu.set_task_queue_enable(3)
+    torch.npu.set_sync_debug_mode("default")
+    assert torch.npu.get_sync_debug_mode() == 0
+    with pytest.raises(NotImplementedError, match="not emulated"):
+        torch.npu.set_sync_debug_mode("warn")
+    with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+        torch.npu.set_sync_debug_mode("loud")
+
+
+def test_deterministic_level_drives_torch_switch():
+    from ascend_shim.sim.torch_npu.npu import npu_config
+
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        with pytest.warns(UserWarning):
+            torch.npu.set_deterministic_level(1)
+        assert torch.are_deterministic_algorithms_enabled() and npu_config._get_deterministic_level() == 1
+        torch.use_deterministic_algorithms(False)
+        assert npu_config._get_deterministic_level() == 0  # torch's later setting wins, as in torch_npu
+        x = torch.ones(2, device="npu", requires_grad=True)
+        y = torch.npu.enable_deterministic_with_backward(x)
+        assert torch.are_deterministic_algorithms_enabled()
+        torch.npu.disable_deterministic_with_backward(y).sum().backward()
+        assert torch.are_deterministic_algorithms_enabled() is False and x.grad.tolist() == [1.0, 1.0]
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+def test_compatible_impl_cube_math_and_graph_handlers():
+    torch.npu.use_compatible_impl(True)
+    assert torch.npu.are_compatible_impl_enabled() is True
+    torch.npu.use_compatible_impl(False)
+    assert torch.npu.are_compatible_impl_enabled() is False
+    assert torch.npu.CubeMathType.USE_HF32 == 3
+
+    @torch.npu.register_npu_graph_handler(["my_op.default"])
+    class Handler(torch.npu.NpuGraphOpHandler):
+        pass
+
+    from ascend_shim.sim.torch_npu.npu import graphs
+
+    assert graphs._NPU_GRAPH_OP_HANDLERS["my_op.default"] is Handler
+    assert isinstance(torch.npu.SyncLaunchStream(), torch.npu.Stream)
+
+
+@pytest.mark.parametrize("mode", ["sitecustomize", "run"])
+def test_import_torch_npu_before_torch(tmp_path, mode):
+    import os
+    import subprocess
+    import sys
+
+    import ascend_shim
+
+    script = tmp_path / "first.py"
+    script.write_text("import torch_npu\nimport torch\nassert torch_npu.npu is torch.npu\n"
+                      "print(torch_npu.__version__, torch.ones(2).cuda().device, len(torch.npu.__all__))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    if mode == "sitecustomize":
+        bootstrap = os.path.join(os.path.dirname(ascend_shim.__file__), "bootstrap")
+        env.update(ASCEND_SHIM="1", ASCEND_SHIM_BACKEND="sim",
+                   PYTHONPATH=os.pathsep.join(filter(None, [bootstrap, env.get("PYTHONPATH")])))
+        cmd = [sys.executable, str(script)]
+    else:
+        cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", str(script)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "npu:0 144" in out.stdout
 
 
 def test_unknown_names_raise_attribute_error():

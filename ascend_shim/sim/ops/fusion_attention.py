@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from . import _attention_core as core
-from . import _rng
+from . import _release, _rng
 from ._common import INT32_MAX, NotEmulatedError, check, check_float_dtypes, check_npu, dtype_name, fail, \
     int_list, is_compressed_causal_mask, record
 
@@ -675,6 +675,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
                          seed=0, offset=0):
     """Emulated ``torch_npu.npu_fusion_attention``; see the module docstring for the semantics."""
     record(OP)
+    _release.check_arguments(OP, softmax_layout=softmax_layout, sink=sink, dropout_mask=dropout_mask, seed=seed,
+                             offset=offset)
     check_npu(OP, query=query, key=key, value=value, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
               sink=sink, dropout_mask=dropout_mask)
     with _no_autocast(query):  # a kernel, not a composite: the caller's autocast does not recast its math
@@ -710,8 +712,10 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
 
     ``dpse`` is None when ``pse`` is None (an undefined tensor in C++), ``dsink`` an empty fp32 tensor without a
     sink -- as op-plugin returns them. The dropout mask is regenerated from ``(seed, offset, numels)``.
+    Emulating a release line before 2.6, the op returns ``(dq, dk, dv, dpse)`` as those releases do.
     """
     record(OP_GRAD)
+    _release.check_arguments(OP_GRAD, softmax_layout=softmax_layout, sink=sink)
     check_npu(OP_GRAD, query=query, key=key, value=value, dy=dy, pse=pse, padding_mask=padding_mask,
               atten_mask=atten_mask, softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in,
               attention_in=attention_in, sink=sink)
@@ -723,7 +727,7 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
                                       offset=offset, numels=numels, prefix=prefix, actual_seq_qlen=actual_seq_qlen,
                                       actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode,
                                       gen_mask_parallel=gen_mask_parallel, sync=sync, softmax_layout=softmax_layout,
-                                      sink=sink)
+                                      sink=sink)[:None if _release.at_least(_release.GRAD_RETURNS_DSINK_SINCE) else 4]
 
 
 def _npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, pse=None, padding_mask=None,

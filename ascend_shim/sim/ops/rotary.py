@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from . import _release
 from ._attention_core import reduce_to
 from ._common import check, check_float_dtypes, check_npu, record
 
@@ -89,6 +90,7 @@ class _RotaryMul(torch.autograd.Function):
 
 def npu_rotary_mul(input, r1, r2, rotary_mode='half', rotate=None):  # noqa: A002 - torch_npu's name
     record(OP)
+    _release.check_arguments(OP, rotate=rotate)
     check_npu(OP, input=input, r1=r1, r2=r2, rotate=rotate)
     return _npu_rotary_mul(input, r1, r2, rotary_mode, rotate)
 

@@ -1,30 +1,51 @@
 """``torch.npu`` (and ``torch_npu.npu``) of the emulated NPU.
 
-Implements the part of the real module that user code touches: devices, streams/events, memory statistics,
-RNG, amp and the configuration switches. Every other name of the real module raises
-:class:`NotEmulatedError` when touched (see ``_unemulated``); unknown names raise AttributeError.
+Every name of the real module's ``__all__`` (:data:`NPU_ALL`) exists here. What the host can compute is
+implemented (devices, streams/events, memory statistics and snapshots, RNG, amp, typed tensors, mstx, the
+configuration switches); the rest are placeholders that raise :class:`NotEmulatedError` when called or
+instantiated, never when looked up (``unemulated_names()`` lists them). Unknown names raise AttributeError.
 """
 from __future__ import annotations
 
-from . import amp, graphs, memory, npu_config, random, streams, utils  # noqa: F401
-from ._unemulated import REAL_ALL, REAL_EXTRA, NotEmulatedError, module_getattr
+from . import amp, graphs, memory, mstx as _mstx_module, npu_config, random, streams, tensor_types, utils  # noqa: F401
+from ._unemulated import (NPU_ALL, REAL_ALL, REAL_EXTRA, NotEmulatedError, module_getattr,  # noqa: F401
+                          placeholder_function, unemulated_names)
 from .autocast_utils import (get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabled,
                              set_autocast_dtype, set_autocast_enabled)
-from .graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing, make_graphed_callables
-from .memory import (empty_cache, get_per_process_memory_fraction, max_memory_allocated, max_memory_cached,
+from .deterministic import disable_deterministic_with_backward, enable_deterministic_with_backward
+from .graphs import (NPUGraph, NpuGraphOpHandler, graph, graph_pool_handle, graph_task_group_begin,
+                     graph_task_group_end, graph_task_update_begin, graph_task_update_end,
+                     is_current_stream_capturing, make_graphed_callables, register_npu_graph_handler,
+                     super_kernel_scope_begin, super_kernel_scope_end)
+from .memory import (MemPool, NPUPluggableAllocator, caching_allocator_alloc, caching_allocator_delete,
+                     change_current_allocator, empty_cache, empty_virt_addr_cache, get_allocator_backend,
+                     get_per_process_memory_fraction, host_empty_cache, host_memory_stats,
+                     host_memory_stats_as_nested_dict, max_memory_allocated, max_memory_cached,
                      max_memory_reserved, mem_get_info, memory_allocated, memory_cached, memory_reserved,
-                     memory_stats, memory_stats_as_nested_dict, memory_summary, reset_accumulated_memory_stats,
-                     reset_max_memory_allocated, reset_max_memory_cached, reset_peak_memory_stats,
-                     set_per_process_memory_fraction)
-from .npu_config import (_allowHF32Conv, _allowHF32Matmul, _npuConfig, get_mm_bmm_format_nd,
-                         is_jit_compile_false, set_compile_mode, set_mm_bmm_format_nd, set_option)
+                     memory_snapshot, memory_stats, memory_stats_as_nested_dict, memory_summary,
+                     reset_accumulated_host_memory_stats, reset_accumulated_memory_stats,
+                     reset_max_memory_allocated, reset_max_memory_cached, reset_peak_host_memory_stats,
+                     reset_peak_memory_stats, set_per_process_memory_fraction, use_mem_pool)
+from .mstx import mstx
+from .npu_config import (CubeMathType, _allowHF32Conv, _allowHF32Matmul, _npuConfig, are_compatible_impl_enabled,
+                         get_mm_bmm_format_nd, get_task_queue_enable, is_jit_compile_false, set_compile_mode,
+                         set_deterministic_level, set_mm_bmm_format_nd, set_option, set_task_queue_enable,
+                         use_compatible_impl)
 from .random import (_get_generator, default_generators, get_rng_state, get_rng_state_all, initial_seed,
                      manual_seed, manual_seed_all, seed, seed_all, set_rng_state, set_rng_state_all)
-from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
-from .utils import (_is_in_bad_fork, _lazy_call, _lazy_init, can_device_access_peer, current_device, device,
-                    device_count, device_of, get_device_capability, get_device_name, get_device_properties, init,
-                    is_available, is_bf16_supported, is_initialized, set_device, synchronize)
+from .streams import (Event, ExternalEvent, ExternalStream, Stream, StreamContext, SyncLaunchStream,
+                      current_stream, default_stream, set_stream, stream)
+from .tensor_types import (BFloat16Storage, BFloat16Tensor, BoolStorage, BoolTensor, ByteStorage, ByteTensor,
+                           CharStorage, CharTensor, DoubleStorage, DoubleTensor, FloatStorage, FloatTensor,
+                           HalfStorage, HalfTensor, IntStorage, IntTensor, LongStorage, LongTensor, ShortStorage,
+                           ShortTensor)
+from .utils import (_is_in_bad_fork, _lazy_call, _lazy_init, can_device_access_peer, check_uce_in_memory,
+                    clear_npu_overflow_flag, current_blas_handle, current_device, device, device_count, device_of,
+                    get_device_capability, get_device_name, get_device_properties, get_npu_overflow_flag,
+                    get_sync_debug_mode, init, ipc_collect, is_available, is_bf16_supported, is_initialized,
+                    set_device, set_sync_debug_mode, synchronize, utilization)
 from ._utils import _get_device_index  # noqa: F401
+from .memory import _dump_snapshot, _record_memory_history, _snapshot  # noqa: F401
 
 # Read by torch (e.g. checkpoint stashes device RNG states only when the device module is initialized).
 _initialized = True
@@ -33,23 +54,32 @@ config = _npuConfig()
 matmul = _allowHF32Matmul()
 conv = _allowHF32Conv()
 
-__all__ = [
-    "is_initialized", "init", "synchronize", "device_count", "can_device_access_peer", "set_device",
-    "current_device", "get_device_name", "get_device_properties", "get_device_capability", "mem_get_info",
-    "is_available", "device", "device_of", "StreamContext", "stream", "set_stream", "current_stream",
-    "default_stream", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
-    "get_per_process_memory_fraction", "set_per_process_memory_fraction", "empty_cache", "memory_stats",
-    "memory_stats_as_nested_dict", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
-    "reset_max_memory_allocated", "reset_max_memory_cached", "memory_allocated", "max_memory_allocated",
-    "memory_reserved", "max_memory_reserved", "memory_cached", "max_memory_cached", "memory_summary", "Stream",
-    "Event", "set_option", "set_compile_mode", "set_mm_bmm_format_nd", "get_mm_bmm_format_nd", "get_rng_state",
-    "set_rng_state", "get_rng_state_all", "set_rng_state_all", "is_jit_compile_false", "get_amp_supported_dtype",
-    "is_autocast_enabled", "is_bf16_supported", "set_autocast_enabled", "get_autocast_dtype",
-    "set_autocast_dtype", "config", "matmul", "conv", "NPUGraph", "graph", "graph_pool_handle",
-    "is_current_stream_capturing", "make_graphed_callables",
-]
+# Names that need the device runtime, firmware or CANN tooling the emulator does not have.
+_WHY = {
+    "set_dump": "operator data dumps need the CANN dump tooling",
+    "init_dump": "operator data dumps need the CANN dump tooling",
+    "finalize_dump": "operator data dumps need the CANN dump tooling",
+    "set_aoe": "AOE tuning needs the CANN tuning tools",
+    "stress_detect": "hardware stress detection needs the device firmware",
+    "stop_device": "device fault recovery needs the device runtime",
+    "restart_device": "device fault recovery needs the device runtime",
+    "set_device_limit": "per-device core limits need the device runtime",
+    "get_device_limit": "per-device core limits need the device runtime",
+    "set_stream_limit": "per-stream core limits need the device runtime",
+    "reset_stream_limit": "per-stream core limits need the device runtime",
+    "get_stream_limit": "per-stream core limits need the device runtime",
+    "obfuscation_initialize": "model obfuscation needs the CANN runtime",
+    "obfuscation_finalize": "model obfuscation needs the CANN runtime",
+    "obfuscation_calculate": "model obfuscation needs the CANN runtime",
+    "set_op_timeout_ms": "operator timeouts need the device runtime",
+    "npurt": "the raw NPU runtime API module needs CANN",
+}
+for _name, _reason in _WHY.items():
+    globals()[_name] = placeholder_function(f"torch.npu.{_name}", _reason)
 
-# Known names of the real module that are not implemented here.
-UNEMULATED = frozenset(REAL_ALL + REAL_EXTRA) - set(__all__) - set(globals())
+__all__ = list(NPU_ALL)
 
-__getattr__ = module_getattr("torch.npu", UNEMULATED)
+# Kept for callers of the earlier API: the real names without an implementation here.
+UNEMULATED = frozenset(unemulated_names(__import__(__name__, fromlist=["_"])))
+
+__getattr__ = module_getattr("torch.npu", REAL_EXTRA)

@@ -3,9 +3,13 @@
 The names exist so that code which only references them (``torch.cuda.CUDAGraph = torch.npu.NPUGraph``) keeps
 working; using them raises :class:`NotEmulatedError`. No stream is ever capturing.
 """
-from ._unemulated import SUBMODULE_NAMES, module_getattr, not_emulated
+import logging
 
-__all__ = ["NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables"]
+from ._unemulated import module_getattr, not_emulated, placeholder_function
+
+__all__ = ["NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables",
+           "graph_task_group_begin", "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end",
+           "super_kernel_scope_begin", "super_kernel_scope_end", "NpuGraphOpHandler", "register_npu_graph_handler"]
 
 _WHY = "graph capture needs the CANN graph runtime; run the captured code eagerly instead"
 
@@ -32,4 +36,31 @@ def is_current_stream_capturing() -> bool:
     return False
 
 
-__getattr__ = module_getattr("torch.npu.graphs", SUBMODULE_NAMES["graphs"])
+for _name in ("graph_task_group_begin", "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end",
+              "super_kernel_scope_begin", "super_kernel_scope_end"):
+    globals()[_name] = placeholder_function(f"torch.npu.{_name}", _WHY)
+
+
+class NpuGraphOpHandler:
+    """Base class of the per-op handlers used while capturing NPU graphs (registered, never invoked here)."""
+
+
+_NPU_GRAPH_OP_HANDLERS: dict[str, type] = {}
+
+
+def register_npu_graph_handler(op_names):
+    """Class decorator registering a handler for ops (as torch_npu; capture itself is not emulated)."""
+    def decorator(cls):
+        for name in (op_names if isinstance(op_names, (list, tuple)) else [op_names]):
+            if name in _NPU_GRAPH_OP_HANDLERS:
+                logging.getLogger(__name__).warning("NpuGraphOpHandler for '%s' is being overridden: %s -> %s",
+                                                    name, _NPU_GRAPH_OP_HANDLERS[name].__name__, cls.__name__)
+            _NPU_GRAPH_OP_HANDLERS[name] = cls
+        return cls
+    return decorator
+
+
+__getattr__ = module_getattr("torch.npu.graphs")
+
+for _placeholder in (NPUGraph, graph, graph_pool_handle, make_graphed_callables):
+    _placeholder._ascend_shim_not_emulated = f"torch.npu.{_placeholder.__name__}"

@@ -7,16 +7,26 @@ are real measurements of the emulated device, never placeholders.
 from __future__ import annotations
 
 import collections
+import gc
+import pickle
+import threading
+import warnings
 from typing import Any
 
-from ._unemulated import SUBMODULE_NAMES, module_getattr
-from ._utils import _checked_index, _native
+import torch
+
+from ._unemulated import module_getattr, placeholder_class, placeholder_function
+from ._utils import _checked_index, _get_device_index, _native
 
 __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_cached",
     "max_memory_cached", "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
     "reset_accumulated_memory_stats", "empty_cache", "memory_stats", "memory_stats_as_nested_dict",
     "memory_summary", "mem_get_info", "set_per_process_memory_fraction", "get_per_process_memory_fraction",
+    "memory_snapshot", "caching_allocator_alloc", "caching_allocator_delete", "get_allocator_backend",
+    "empty_virt_addr_cache", "host_empty_cache", "MemPool", "use_mem_pool", "NPUPluggableAllocator",
+    "change_current_allocator", "host_memory_stats", "host_memory_stats_as_nested_dict",
+    "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats",
 ]
 
 
@@ -148,4 +158,142 @@ def get_per_process_memory_fraction(device=None) -> float:
     return _native().memory_fraction(_checked_index(device))
 
 
-__getattr__ = module_getattr("torch.npu.memory", SUBMODULE_NAMES["memory"])
+# ---- raw allocations --------------------------------------------------------------------------------------
+
+_raw_blocks: dict[int, torch.Tensor] = {}
+_raw_lock = threading.Lock()
+
+
+def caching_allocator_alloc(size, device=None, stream=None) -> int:
+    """Allocate ``size`` bytes on the device and return the address (freed by caching_allocator_delete)."""
+    from .streams import Stream
+
+    index = _checked_index(device)
+    if stream is not None and not isinstance(stream, (Stream, int)):
+        raise TypeError("Invalid type for stream argument, must be `torch_npu.npu.Stream` or `int` representing a "
+                        "pointer to a existing stream")
+    block = torch.empty(int(size), dtype=torch.uint8, device=torch.device("npu", index))
+    with _raw_lock:
+        _raw_blocks[block.data_ptr()] = block
+    return block.data_ptr()
+
+
+def caching_allocator_delete(mem_ptr) -> None:
+    with _raw_lock:
+        if _raw_blocks.pop(int(mem_ptr), None) is None:
+            raise RuntimeError(f"caching_allocator_delete: {mem_ptr:#x} was not allocated by caching_allocator_alloc")
+
+
+def get_allocator_backend() -> str:
+    """"native": the emulator's own allocator (one host allocation per storage, no caching)."""
+    return "native"
+
+
+def empty_virt_addr_cache() -> None:
+    """Nothing is cached (no virtual-address reservations)."""
+
+
+def host_empty_cache() -> None:
+    """Nothing is cached: pinned host memory is returned to the host when freed."""
+
+
+# ---- snapshots ---------------------------------------------------------------------------------------------
+
+_history: dict[str, Any] = {"enabled": None}
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+def _live_storages(index: int | None) -> list[tuple[int, int, int]]:
+    """(device, address, nbytes) of every live npu storage: from the allocator when it lists its blocks, else
+    from the storages of tensors reachable from Python (warning when that misses live bytes)."""
+    native = _native()
+    devices = range(native.device_count()) if index is None else (index,)
+    lister = getattr(native, "live_blocks", None)
+    if lister is not None:
+        return [(d, int(addr), int(size)) for d in devices for addr, size in lister(d)]
+    seen: dict[tuple[int, int], int] = {}
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor) and not obj.is_meta and obj.device.type == "npu":
+            try:
+                storage = obj.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if storage.nbytes() and obj.device.index in devices:
+                seen[(obj.device.index, storage.data_ptr())] = storage.nbytes()
+    found = [(d, addr, size) for (d, addr), size in sorted(seen.items())]
+    for d in devices:
+        missing = native.memory_stats(d)["live_bytes"] - sum(size for dd, _, size in found if dd == d)
+        if missing > 0:
+            _warn_once(f"missing{d}", f"torch.npu memory snapshot of npu:{d}: {missing} live bytes belong to storages "
+                                      "not reachable from Python (e.g. autograd buffers) and are not listed")
+    return found
+
+
+def _segments(index: int | None) -> list[dict]:
+    segments = []
+    for device, address, size in _live_storages(index):
+        block = {"address": address, "size": size, "requested_size": size, "state": "active_allocated",
+                 "frames": []}
+        segments.append({"device": device, "address": address, "total_size": size, "allocated_size": size,
+                         "active_size": size, "requested_size": size, "stream": 0,
+                         "segment_type": "large" if size > (1 << 20) else "small", "segment_pool_id": (0, 0),
+                         "is_expandable": False, "frames": [], "blocks": [block]})
+    return segments
+
+
+def memory_snapshot(mempool_id=None) -> list[dict]:
+    """The allocator's segments on every device: one segment (with one active block) per live storage, since
+    the emulator allocates each storage separately and caches nothing."""
+    if mempool_id is not None:
+        raise ValueError(f"no memory pool {tuple(mempool_id)!r}: the emulated allocator has only the default pool")
+    return _segments(None)
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=None, device=None, *args,
+                           **kwargs) -> None:
+    """Accepted; the snapshot lists live blocks, but alloc/free traces and stack frames are not recorded by
+    the emulated allocator (warned once when enabled)."""
+    if enabled not in (None, "state", "all", True, False):
+        raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
+    _history["enabled"] = enabled or None
+    if enabled:
+        _warn_once("history", "torch.npu.memory._record_memory_history: the emulated NPU's snapshots list the live "
+                              "blocks but no allocation stack frames or alloc/free trace")
+
+
+def _snapshot(device=None, augment_with_fx_traces=False) -> dict:
+    """``{"segments", "device_traces", "allocator_settings"}`` like torch_npu; the traces are empty."""
+    native = _native()
+    return {"segments": _segments(None), "device_traces": [[] for _ in range(native.device_count())],
+            "allocator_settings": {"expandable_segments": False}}
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False) -> None:
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(augment_with_fx_traces=augment_with_fx_traces), f)
+
+
+# ---- not emulated ------------------------------------------------------------------------------------------
+
+_NO_POOLS = "the emulated allocator has a single pool per device (no private pools)"
+_NO_PLUGGABLE = "the emulated allocator cannot be replaced"
+_NO_HOST_STATS = "pinned host memory is not accounted by the emulated allocator"
+
+MemPool = placeholder_class("torch.npu.MemPool", _NO_POOLS)
+use_mem_pool = placeholder_function("torch.npu.use_mem_pool", _NO_POOLS)
+NPUPluggableAllocator = placeholder_class("torch.npu.NPUPluggableAllocator", _NO_PLUGGABLE)
+change_current_allocator = placeholder_function("torch.npu.change_current_allocator", _NO_PLUGGABLE)
+host_memory_stats = placeholder_function("torch.npu.host_memory_stats", _NO_HOST_STATS)
+host_memory_stats_as_nested_dict = placeholder_function("torch.npu.host_memory_stats_as_nested_dict",
+                                                        _NO_HOST_STATS)
+reset_accumulated_host_memory_stats = placeholder_function("torch.npu.reset_accumulated_host_memory_stats",
+                                                           _NO_HOST_STATS)
+reset_peak_host_memory_stats = placeholder_function("torch.npu.reset_peak_host_memory_stats", _NO_HOST_STATS)
+
+__getattr__ = module_getattr("torch.npu.memory")

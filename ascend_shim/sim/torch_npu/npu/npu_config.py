@@ -5,8 +5,15 @@ whatever they say (HF32 matmuls and private NZ formats are not emulated).
 """
 from __future__ import annotations
 
+import os
+import warnings
+from enum import IntEnum
+
+import torch
+
 __all__ = ["set_option", "set_compile_mode", "is_jit_compile_false", "set_mm_bmm_format_nd",
-           "get_mm_bmm_format_nd"]
+           "get_mm_bmm_format_nd", "CubeMathType", "set_task_queue_enable", "get_task_queue_enable",
+           "set_deterministic_level", "use_compatible_impl", "are_compatible_impl_enabled"]
 
 _options: dict[str, str] = {}
 _mm_bmm_format_nd = True
@@ -76,3 +83,83 @@ class _allowHF32Conv:
     @allow_hf32.setter
     def allow_hf32(self, value: bool) -> None:
         set_option({"ALLOW_CONV_HF32": "enable" if value else "disable"})
+
+
+class _CubeMathType(IntEnum):
+    """Cube-unit precision modes of torch_npu (values as in torch_npu)."""
+    KEEP_DTYPE = 0
+    ALLOW_FP32_DOWN_PRECISION = 1
+    USE_FP16 = 2
+    USE_HF32 = 3
+    FORCE_GRP_ACC_FOR_FP32 = 4
+    USE_FP32_ADD = 4
+
+
+CubeMathType = _CubeMathType
+
+
+def _initial_task_queue_mode() -> int:
+    if os.environ.get("ASCEND_LAUNCH_BLOCKING") == "1":
+        return 0
+    value = os.environ.get("TASK_QUEUE_ENABLE", "1")
+    return int(value) if value in ("0", "1", "2") else 1
+
+
+_task_queue_mode = _initial_task_queue_mode()
+
+
+def set_task_queue_enable(mode) -> None:
+    """Task-queue level 0/1/2. Emulated kernels run synchronously at every level: the level is recorded and
+    read back (ASCEND_LAUNCH_BLOCKING=1 pins the effective level to 0, as on hardware)."""
+    global _task_queue_mode
+    if isinstance(mode, str):
+        mode = int(mode)
+    if mode not in (0, 1, 2):
+        raise RuntimeError(f"mode must be 0, 1, or 2, but got {mode}.")
+    _task_queue_mode = int(mode)
+
+
+def get_task_queue_enable() -> int:
+    return 0 if os.environ.get("ASCEND_LAUNCH_BLOCKING") == "1" else _task_queue_mode
+
+
+_deterministic_level = 0
+
+
+def set_deterministic_level(level) -> None:
+    """As torch_npu: level 0 turns torch's deterministic algorithms off, level >= 1 on (with a warning when that
+    changes torch's setting); the emulator's own kernels are deterministic at every level."""
+    global _deterministic_level
+    enabled = torch.are_deterministic_algorithms_enabled()
+    if level == 0 and enabled:
+        warnings.warn("The current configuration value of 'torch_npu.npu.set_deterministic_level' conflicts with "
+                      "'torch.use_deterministic_algorithms'. 'torch.use_deterministic_algorithms' has been "
+                      "configured to 'False'.")
+        torch.use_deterministic_algorithms(False)
+    elif level >= 1 and not enabled:
+        warnings.warn("The current configuration value of 'torch_npu.npu.set_deterministic_level' conflicts with "
+                      "'torch.use_deterministic_algorithms'. 'torch.use_deterministic_algorithms' has been "
+                      "configured to 'True'.")
+        torch.use_deterministic_algorithms(True)
+    _deterministic_level = int(level)
+    warnings.warn("After using 'torch_npu.npu.set_deterministic_level', please do not use "
+                  "'torch.use_deterministic_algorithms' anymore, as it may cause unknown errors.")
+
+
+def _get_deterministic_level() -> int:
+    """The level, synced with torch's switch as torch_npu does (a later use_deterministic_algorithms wins)."""
+    global _deterministic_level
+    enabled = torch.are_deterministic_algorithms_enabled()
+    if _deterministic_level == 0 and enabled:
+        _deterministic_level = 1
+    elif _deterministic_level >= 1 and not enabled:
+        _deterministic_level = 0
+    return _deterministic_level
+
+
+def use_compatible_impl(is_enable) -> None:
+    set_option({"TORCH_NPU_USE_COMPATIBLE_IMPL": "1" if is_enable else "0"})
+
+
+def are_compatible_impl_enabled() -> bool:
+    return _get_option("TORCH_NPU_USE_COMPATIBLE_IMPL") == "1"

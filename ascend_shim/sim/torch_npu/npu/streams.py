@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from ._unemulated import SUBMODULE_NAMES, module_getattr
+from ._unemulated import module_getattr, placeholder_class
 from ._utils import _checked_index, _get_device_index, _native
 
-__all__ = ["Stream", "Event", "StreamContext", "stream", "set_stream", "current_stream", "default_stream"]
+__all__ = ["Stream", "Event", "StreamContext", "stream", "set_stream", "current_stream", "default_stream",
+           "SyncLaunchStream", "ExternalStream", "ExternalEvent"]
 
 
 class Stream(torch.Stream):
@@ -97,4 +98,12 @@ def stream(stream) -> StreamContext:
     return StreamContext(stream)
 
 
-__getattr__ = module_getattr("torch.npu.streams", SUBMODULE_NAMES["streams"])
+class SyncLaunchStream(Stream):
+    """A stream whose kernels launch synchronously: every emulated stream already does."""
+
+
+_EXTERNAL = "it wraps a raw ACL runtime handle created outside torch"
+ExternalStream = placeholder_class("torch.npu.ExternalStream", _EXTERNAL, bases=(Stream,))
+ExternalEvent = placeholder_class("torch.npu.ExternalEvent", _EXTERNAL)
+
+__getattr__ = module_getattr("torch.npu.streams")

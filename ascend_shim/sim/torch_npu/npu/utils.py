@@ -13,7 +13,9 @@ from ._utils import _checked_index, _get_device_index, _native
 __all__ = [
     "is_available", "device_count", "current_device", "set_device", "device", "device_of", "synchronize",
     "get_device_name", "get_device_properties", "get_device_capability", "can_device_access_peer",
-    "is_bf16_supported", "init", "is_initialized",
+    "is_bf16_supported", "init", "is_initialized", "utilization", "ipc_collect", "set_sync_debug_mode",
+    "get_sync_debug_mode", "current_blas_handle", "check_uce_in_memory", "get_npu_overflow_flag",
+    "clear_npu_overflow_flag",
 ]
 
 
@@ -147,3 +149,64 @@ def _lazy_call(callable, **kwargs) -> None:
 
 def _is_in_bad_fork() -> bool:
     return _native().in_bad_fork()
+
+
+def utilization(device=None) -> int:
+    """Utilization rate (percent) of the device's compute units between calls: 0.
+
+    Emulated kernels run to completion inside the calling thread, so no work is ever queued on the device while
+    the caller can observe it -- the rate a sampling monitor would read.
+    """
+    index = _get_device_index(device, optional=True)
+    if index < 0 or index >= device_count():
+        raise AssertionError("Invalid device id")
+    return 0
+
+
+def ipc_collect() -> None:
+    """Release memory held for tensors shared with other processes: emulated npu memory is never IPC-shared
+    (sharing an npu tensor between processes is refused), so there is nothing to collect."""
+
+
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+_sync_debug_mode = 0
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """0/"default" is accepted; "warn"/"error" (diagnosing synchronizing ops) are not emulated."""
+    global _sync_debug_mode
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    if debug_mode != 0:
+        from ._unemulated import not_emulated
+
+        raise not_emulated(f"torch.npu.set_sync_debug_mode({debug_mode!r})",
+                           "warnings or errors on synchronizing operations need the device runtime's hooks")
+    _sync_debug_mode = int(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    return _sync_debug_mode
+
+
+def current_blas_handle():
+    """As torch_npu: the NPU has no BLAS handle."""
+    warnings.warn("NPU does not use blas handle.")
+    return None
+
+
+def check_uce_in_memory(device_id) -> int:
+    """0: no uncorrectable memory error (UCE) was recorded -- emulated device memory is host memory."""
+    _checked_index(device_id)
+    return 0
+
+
+def get_npu_overflow_flag():
+    """As torch_npu on Ascend910B and later (the emulated Ascend910B3), which report overflow as inf/nan."""
+    raise RuntimeError("Unsupported api when soc_version >= Ascend910B1, please use npu_check_overflow")
+
+
+def clear_npu_overflow_flag() -> None:
+    warnings.warn("When soc_version >= Ascend910B1, clear_npu_overflow_flag is useless. Please remove it.")

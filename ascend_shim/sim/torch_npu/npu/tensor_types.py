@@ -1,0 +1,106 @@
+"""Legacy typed tensor and storage classes of torch.npu (``torch.npu.FloatTensor``, ``torch.npu.HalfStorage``...).
+
+torch_npu creates them in C++ like ``torch.cuda.FloatTensor``: ``isinstance(t, torch.npu.FloatTensor)`` is true
+for a float32 npu tensor, ``torch.npu.FloatTensor(2, 3)`` builds one on the current device, and
+``t.type(torch.npu.HalfTensor)`` converts (the string form ``t.type("torch.npu.HalfTensor")`` is torch's own).
+The storages are typed storages on the npu device, as torch_npu's ``_LegacyStorage`` subclasses.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.storage import _LegacyStorage
+
+from ._utils import _get_device_index, _native
+
+TENSOR_DTYPES = {"BoolTensor": torch.bool, "ByteTensor": torch.uint8, "CharTensor": torch.int8,
+                 "ShortTensor": torch.int16, "IntTensor": torch.int32, "LongTensor": torch.int64,
+                 "HalfTensor": torch.float16, "FloatTensor": torch.float32, "DoubleTensor": torch.float64,
+                 "BFloat16Tensor": torch.bfloat16}
+STORAGE_DTYPES = {name.replace("Tensor", "Storage"): dtype for name, dtype in TENSOR_DTYPES.items()}
+
+__all__ = list(TENSOR_DTYPES) + list(STORAGE_DTYPES)
+
+
+class _NPUTensorType(type):
+    """Metaclass of the typed tensor classes: instance checks and legacy construction, like torch.tensortype."""
+
+    def __instancecheck__(cls, obj):
+        return (isinstance(obj, torch.Tensor) and obj.device.type == "npu" and obj.dtype == cls.dtype
+                and obj.layout == torch.strided)
+
+    def __call__(cls, *args, device=None, **kwargs):
+        index = _native().current_device() if device is None else _get_device_index(device, optional=True)
+        cpu_type = getattr(torch, cls.__name__)
+        return cpu_type(*args, **kwargs).to(torch.device("npu", index))
+
+    def __repr__(cls):
+        return f"<class 'torch.npu.{cls.__name__}'>"
+
+
+def _tensor_type(name: str, dtype: torch.dtype):
+    return _NPUTensorType(name, (), {"__module__": "torch.npu", "__qualname__": name, "dtype": dtype,
+                                     "is_npu": True, "is_sparse": False,
+                                     "__doc__": f"npu tensors of dtype {dtype} (legacy typed-tensor class)"})
+
+
+class _NPULegacyStorage(_LegacyStorage):
+    """Base of the typed storages; torch builds them on the device named by ``__module__`` ("torch.npu")."""
+
+    @classmethod
+    def from_buffer(cls, *args, **kwargs):
+        raise RuntimeError("from_buffer: Not available for NPU storage")
+
+    @classmethod
+    def _new_with_weak_ptr(cls, *args, **kwargs):
+        raise RuntimeError("_new_with_weak_ptr: Not available for NPU storage")
+
+    @classmethod
+    def _new_shared_filename(cls, manager, obj, size, *, device=None, dtype=None):
+        raise RuntimeError("_new_shared_filename: Not available for NPU storage")
+
+
+def _storage_type(name: str, dtype: torch.dtype):
+    from torch._utils import classproperty
+
+    return type(name, (_NPULegacyStorage,), {"__module__": "torch.npu", "__qualname__": name,
+                                             "_dtype": classproperty(lambda cls, d=dtype: d),
+                                             "dtype": classproperty(lambda cls, d=dtype: d)})
+
+
+TYPES = {name: _tensor_type(name, dtype) for name, dtype in TENSOR_DTYPES.items()}
+STORAGES = {name: _storage_type(name, dtype) for name, dtype in STORAGE_DTYPES.items()}
+globals().update(TYPES)
+globals().update(STORAGES)
+for _storage in STORAGES.values():
+    torch._storage_classes.add(_storage)
+
+
+def tensor_type_name(obj):
+    """"torch.npu.HalfTensor" for the class torch.npu.HalfTensor, else None."""
+    if isinstance(obj, _NPUTensorType):
+        return f"torch.npu.{obj.__name__}"
+    return None
+
+
+def install_type_method() -> None:
+    """Let ``Tensor.type`` accept the typed classes (torch only knows its own C++ tensor types); idempotent."""
+    original = torch.Tensor.type
+    if getattr(original, "_ascend_shim_sim", False):
+        return
+
+    @functools.wraps(original)
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        name = tensor_type_name(dtype)
+        if name is not None:
+            dtype = name
+        if dtype is None:
+            return original(self, **kwargs) if kwargs else original(self)
+        return original(self, dtype, non_blocking, **kwargs)
+
+    type._ascend_shim_sim = True
+    torch.Tensor.type = type
+
+
+install_type_method()
