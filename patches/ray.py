@@ -20,6 +20,9 @@ from ascend_shim.registry import PatchSet
 REMOVE = "never while unmodified Ray programs must run on Ascend"
 #: the worker-side entry point Ray imports by name (``worker_process_setup_hook``)
 SETUP_HOOK = "ascend_shim.patches.ray.activate_worker"
+#: the user's own setup hook given as a module path, run by :func:`activate_worker` after activation (Ray Jobs
+#: accept only module paths, so the chain must be one too)
+USER_HOOK_VAR = "ASCEND_SHIM_RAY_SETUP_HOOK"
 
 ray_set = PatchSet(
     id="ray", title="Ray: activation carried to every worker (runtime_env); emulated NPUs as Ray resources",
@@ -28,21 +31,23 @@ ray_set = PatchSet(
 
 
 def activate_worker() -> None:
-    """Ray's ``worker_process_setup_hook``: activate the shim in this worker with the driver's settings."""
+    """Ray's ``worker_process_setup_hook``: activate the shim in this worker with the driver's settings, then
+    run the user's own hook when it was given as a module path."""
     from ascend_shim.activation import activate
 
     activate(root=False)
+    user_hook = os.environ.get(USER_HOOK_VAR)
+    if user_hook:
+        from ray._common.utils import load_class
+
+        load_class(user_hook)()
 
 
 def _chained(user_hook):
-    """A setup hook that activates the shim, then runs the user's own hook (a callable or a module path)."""
+    """A setup hook that activates the shim, then runs the user's own callable hook."""
 
     def ascend_shim_then_user_setup_hook():
         activate_worker()
-        if isinstance(user_hook, str):
-            from ray._common.utils import load_class
-
-            return load_class(user_hook)()
         return user_hook()
 
     return ascend_shim_then_user_setup_hook
@@ -70,10 +75,12 @@ def merge_runtime_env(runtime_env):
     merged = dict(runtime_env or {})
     merged["env_vars"] = {**shim_env, **dict(merged.get("env_vars") or {})}
     user_hook = merged.get("worker_process_setup_hook")
-    if user_hook is None or user_hook == SETUP_HOOK:
-        merged["worker_process_setup_hook"] = SETUP_HOOK
-    else:
+    if callable(user_hook):
         merged["worker_process_setup_hook"] = _chained(user_hook)
+        return merged
+    if user_hook and user_hook != SETUP_HOOK:
+        merged["env_vars"].setdefault(USER_HOOK_VAR, user_hook)
+    merged["worker_process_setup_hook"] = SETUP_HOOK
     return merged
 
 
@@ -84,7 +91,8 @@ def merge_runtime_env(runtime_env):
         "enabled').",
     what="ray.init adds to the job's runtime_env the shim's ASCEND_SHIM* settings (env_vars) and a "
          "worker_process_setup_hook that activates the shim in every worker, merged with the user's runtime_env "
-         "(their env_vars win; their own setup hook runs after the shim's) (reported).",
+         "(their env_vars win; their own setup hook, a callable or a module path, runs after the shim's) "
+         "(reported).",
     remove_when=REMOVE)
 def ray_init(ctx):
     orig, report = ctx.original, ctx.report
@@ -113,15 +121,7 @@ def submit_job(ctx):
 
     @functools.wraps(orig)
     def submit_job(self, *args, **kwargs):
-        runtime_env = merge_runtime_env(kwargs.get("runtime_env"))
-        if callable(runtime_env.get("worker_process_setup_hook")):
-            # a job's runtime_env travels as JSON: a callable user hook cannot be chained here
-            from ascend_shim.errors import UnsupportedOnNPUError
-
-            raise UnsupportedOnNPUError(
-                "a callable worker_process_setup_hook in a Ray Job's runtime_env", ctx.patch.id,
-                "Give the hook as a module path ('pkg.module.function'); the shim then chains it after its own.")
-        kwargs["runtime_env"] = runtime_env
+        kwargs["runtime_env"] = merge_runtime_env(kwargs.get("runtime_env"))
         report.translated("JobSubmissionClient.submit_job", "runtime_env += shim activation")
         return orig(self, *args, **kwargs)
 

@@ -68,14 +68,44 @@ def test_a_users_setup_hook_runs_after_activation(clean_shim, monkeypatch):
     from ascend_shim.patches import ray as ray_patch
 
     clean_shim.activate("sim")
-    calls = []
+    real_activate_worker, calls = ray_patch.activate_worker, []
     monkeypatch.setattr(ray_patch, "activate_worker", lambda: calls.append("shim"))
     hook = ray_patch.merge_runtime_env({"worker_process_setup_hook": lambda: calls.append("user")})
     hook["worker_process_setup_hook"]()
     assert calls == ["shim", "user"]
-    monkeypatch.setattr("os.path.join", os.path.join)  # a module path: loaded the way Ray loads it
-    named = ray_patch.merge_runtime_env({"worker_process_setup_hook": "os.getpid"})
-    assert named["worker_process_setup_hook"]() == os.getpid() and calls[-1] == "shim"
+    # a module path (the only form Ray Jobs accept) travels as a variable and runs after activation
+    named = ray_patch.merge_runtime_env({"worker_process_setup_hook": "tests.ray.user_hook.mark"})
+    assert named["worker_process_setup_hook"] == ray_patch.SETUP_HOOK
+    assert named["env_vars"][ray_patch.USER_HOOK_VAR] == "tests.ray.user_hook.mark"
+    monkeypatch.setenv(ray_patch.USER_HOOK_VAR, "tests.ray.user_hook.mark")
+    monkeypatch.delenv("USER_HOOK_RAN", raising=False)
+    real_activate_worker()
+    assert os.environ.get("USER_HOOK_RAN") == "1"
+
+
+def test_job_submission_carries_the_activation(clean_shim, monkeypatch):
+    from ray.job_submission import JobSubmissionClient
+
+    from ascend_shim.patches import ray as ray_patch
+
+    clean_shim.activate("sim")
+    sent = {}
+    client = object.__new__(JobSubmissionClient)
+    client._default_metadata = {}
+    monkeypatch.setattr(client, "_upload_working_dir_if_needed", lambda env: None, raising=False)
+    monkeypatch.setattr(client, "_upload_py_modules_if_needed", lambda env: None, raising=False)
+
+    def request(method, endpoint, json_data=None, **kw):
+        sent.update(json_data)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(client, "_do_request", request, raising=False)
+    with pytest.raises(RuntimeError, match="stop here"):
+        client.submit_job(entrypoint="python -m ascend_shim run job.py",
+                          runtime_env={"env_vars": {"USER_VAR": "1"}})
+    env = sent["runtime_env"]
+    assert env["worker_process_setup_hook"] == ray_patch.SETUP_HOOK
+    assert env["env_vars"]["USER_VAR"] == "1" and env["env_vars"]["ASCEND_SHIM"] == "1"
 
 
 def test_ray_counts_the_emulated_npus_only_under_sim(clean_shim):
