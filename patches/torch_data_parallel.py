@@ -65,8 +65,8 @@ def _too_many(report, patch_id: str, what: str, ids):
 
 
 @data_parallel.patch(
-    "torch.nn.parallel.data_parallel:DataParallel.__init__", fidelity="unsupported", id="torch_data_parallel.DataParallel",
-    covers=("torch.nn.DataParallel", "torch.nn.parallel.data_parallel"),
+    "torch.nn.parallel.data_parallel:DataParallel.__init__", id="torch_data_parallel.DataParallel",
+    fidelity="unsupported", covers=("torch.nn.DataParallel",),
     why="DataParallel over several devices scatters and gathers through torch._C._scatter/_gather, which only "
         "CUDA builds of torch have; on an NPU it fails with an AttributeError at the first forward.",
     what="DataParallel over more than one NPU (the default: every visible NPU) raises UnsupportedOnNPUError "
@@ -123,7 +123,8 @@ def dp_forward(ctx):
 
 
 @data_parallel.patch(
-    "torch.nn.parallel.data_parallel:data_parallel", id="torch_data_parallel.data_parallel", covers=("torch.nn.parallel.data_parallel",),
+    "torch.nn.parallel.data_parallel:data_parallel", id="torch_data_parallel.data_parallel",
+    covers=("torch.nn.parallel.data_parallel",),
     why="the functional data_parallel() scatters and gathers through torch._C._scatter/_gather (CUDA builds "
         "only), also with one device.",
     what="with one NPU the module runs directly on it and the output is moved to output_device (reported); "
