@@ -1,11 +1,6 @@
-"""``python -m ascend_shim``: see :mod:`ascend_shim.cli`."""
+"""``python -m ascend_shim``: see :mod:`ascend_shim.cli` (the same as the ``ascend-shim`` console script)."""
 import sys
 
 from .cli import main
-from .errors import ShimError
 
-try:
-    sys.exit(main())
-except ShimError as exc:
-    print(f"ascend-shim: error: {exc}", file=sys.stderr)
-    sys.exit(1)
+sys.exit(main())

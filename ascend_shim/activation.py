@@ -251,6 +251,8 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
     one the user started on purpose; it prints an exit summary only if it patched something.
     """
     global _atexit_registered
+    _check_arguments(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
+                     log_level=log_level, report=report, patch_modules=patch_modules, inherit=inherit, root=root)
     with _lock:
         if _state.active:
             return
@@ -307,6 +309,24 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
             atexit.register(_at_exit)
             _atexit_registered = True
         log.info("ascend_shim active (backend %s, %d patch sets)", chosen, len(sets))
+
+
+def _check_arguments(**kw) -> None:
+    """A clear ``TypeError`` naming the argument (``activate(disable=123)``); values are checked by Config."""
+    for name, value in kw.items():
+        if value is None:
+            continue
+        if name in ("strict", "inherit", "root"):
+            if not isinstance(value, bool):
+                raise TypeError(f"activate(): {name} must be True or False, not {type(value).__name__}")
+        elif name in ("disable", "only", "enable", "patch_modules"):
+            if isinstance(value, str):
+                continue
+            if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"activate(): {name} must be a comma-separated str or a list of str, "
+                                f"not {type(value).__name__}")
+        elif not isinstance(value, (str, os.PathLike) if name == "report" else str):
+            raise TypeError(f"activate(): {name} must be a str, not {type(value).__name__}")
 
 
 def deactivate() -> None:

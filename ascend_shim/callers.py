@@ -34,6 +34,11 @@ def register_native(*packages: str) -> tuple[str, ...]:
     return added
 
 
+def is_native_package(top: str) -> bool:
+    """Is ``top`` (a top-level package name) declared native? Its modules are never the user's code."""
+    return top in _native
+
+
 def unregister_native(*packages: str) -> None:
     with _lock:
         _native.difference_update(packages)

@@ -9,13 +9,12 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import os
-import runpy
 import shutil
 import sys
+import zipfile
 
 from .config import BACKENDS, ENV_VARS, LOG_LEVELS, Config
 from .errors import ConfigError, ShimError
@@ -94,10 +93,14 @@ def main(argv=None) -> int:
         ns.target = target
     try:
         if ns.command == "run":
-            return _cmd_run(ns, parser)
-        if ns.command == "list":
-            return _cmd_list(ns)
-        return _cmd_report(ns)
+            return _cmd_run(ns, parser)  # errors of the user's program are theirs: a traceback
+        try:
+            return _cmd_list(ns) if ns.command == "list" else _cmd_report(ns)
+        except ConfigError:
+            raise
+        except ShimError as exc:
+            print(f"ascend-shim: error: {exc}", file=sys.stderr)
+            return 1
     except ConfigError as exc:
         print(f"ascend-shim: error: {exc}", file=sys.stderr)
         return 2
@@ -128,25 +131,31 @@ def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _cmd_run(ns, parser) -> int:
+    """Run the program as ``python`` would (see :mod:`ascend_shim.entry`), under the shim."""
     if ns.module is None and not ns.target:
         parser.error("run: give a script, -m module, or a program to run")
     config = _config_from(ns)
-    if not config.user_roots:
-        config = dataclasses.replace(config, user_roots=_user_roots(ns))
     env = config.to_env()
     env["ASCEND_SHIM"] = "1"
     env["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
     os.environ.update(env)
 
-    from . import activation
+    from . import activation, entry
 
-    activation.activate()
+    try:
+        activation.activate()
+    except ConfigError:
+        raise
+    except ShimError as exc:  # the shim itself could not start: one line, before any user code ran
+        print(f"ascend-shim: error: {exc}", file=sys.stderr)
+        return 1
     if ns.module:
         if ns.module.split(".")[0] in LAUNCHERS or ns.module in LAUNCHERS:
             activation.set_summary_printing(False)
-        sys.argv = [ns.module] + ns.target
-        return _run_main(lambda: runpy.run_module(ns.module, run_name="__main__", alter_sys=True))
+        return _run_program(lambda: entry.run_module(ns.module, [ns.module] + ns.target))
     target, args = ns.target[0], ns.target[1:]
+    if os.path.isdir(target) or (os.path.isfile(target) and zipfile.is_zipfile(target)):
+        return _run_program(lambda: entry.run_directory(target, [target] + args))
     if os.path.isfile(target):
         path = target
     else:
@@ -158,22 +167,7 @@ def _cmd_run(ns, parser) -> int:
         if not _is_python_script(path):
             # a native program: its Python children inherit the activation through the environment
             os.execvpe(path, [path] + args, os.environ)
-    sys.argv = [path] + args
-    sys.path[0] = os.path.dirname(os.path.abspath(path))
-    from . import rewrite
-
-    run_path = rewrite.run_path_rewritten if rewrite.is_installed() else runpy.run_path
-    return _run_main(lambda: run_path(path, run_name="__main__"))
-
-
-def _user_roots(ns) -> tuple[str, ...]:
-    """Where the user's code lives: the script's directory, or the current one (plus scripts given to a
-    launcher, e.g. ``-m torch.distributed.run ... train.py``)."""
-    roots = [os.getcwd()] if ns.module else []
-    for arg in ns.target:
-        if arg.endswith(".py") and os.path.isfile(arg):
-            roots.append(os.path.dirname(os.path.abspath(arg)))
-    return tuple(dict.fromkeys(roots)) or (os.getcwd(),)
+    return _run_program(lambda: entry.run_file(path, [path] + args, own_path0=entry.cli_owns_path0()))
 
 
 def _is_python_script(path: str) -> bool:
@@ -187,7 +181,11 @@ def _is_python_script(path: str) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
-def _run_main(fn) -> int:
+def _run_program(fn) -> int:
+    """Exit status as ``python`` gives it; an uncaught exception goes up to ``sys.excepthook`` (which shows the
+    user's traceback from their first frame on)."""
+    from .entry import ProgramNotFound
+
     try:
         fn()
     except SystemExit as exc:
@@ -197,6 +195,12 @@ def _run_main(fn) -> int:
         if isinstance(code, int):
             return code
         print(code, file=sys.stderr)
+        return 1
+    except ProgramNotFound as exc:  # python: "<python>: No module named x", status 1
+        from .activation import set_summary_printing
+
+        set_summary_printing(False)  # nothing ran: the one line is all there is to say
+        print(f"ascend-shim run: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -56,13 +56,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "from fp8 / Hopper-only kernels, which the NPU lacks."),
     EnvVar("ASCEND_SHIM_COMPILE_BACKEND", "compile_backend", "eager", "eager | aot_eager | inductor | none",
            "The backend `torch.compile` uses on the NPU when the code asks for inductor (`none`: do not compile)."),
+    EnvVar("ASCEND_SHIM_SAVE_DEVICE", "save_device", "cuda", "cuda | npu",
+           "Device named in checkpoints (`torch.save`, distributed checkpoints): `cuda` writes what the code "
+           "believes it saved, a CUDA checkpoint that opens anywhere; `npu` keeps npu tags for pipelines that "
+           "load on NPUs without the shim."),
     EnvVar("ASCEND_SHIM_REWRITE", "rewrite", "1", "0 | 1",
            "Rewrite `x.device.type == \"cuda\"`-style comparisons in the user's own modules so they hold on the NPU."),
     EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package names",
-           "Packages (besides the run target's directory tree) whose modules count as the user's code."),
+           "Packages whose modules count as the user's code wherever they are installed (site-packages too)."),
     EnvVar("ASCEND_SHIM_USER_ROOTS", "user_roots", "", "directories separated by the path separator",
-           "Directory trees holding the user's code (set by `run` to the target's directory; default: the "
-           "current directory). Site-packages and the standard library never count."),
+           "Only these directory trees hold the user's code (default: every file outside the interpreter's "
+           "prefixes, site-packages and the shim). Site-packages and the standard library never count."),
 )
 _BY_FIELD = {v.field: v for v in ENV_VARS}
 
@@ -76,7 +80,11 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean; use 1 or 0")
 
 
-def _parse_list(name: str, raw, *, pattern=_ID_RE) -> tuple[str, ...]:
+_ID_HINT = "id; ids use ASCII letters, digits, '_', '.', '-' and the glob characters '*', '?', '[', ']'"
+_MODULE_HINT = "module name; module names use ASCII letters, digits, '_' and '.', and do not start with a digit or '.'"
+
+
+def _parse_list(name: str, raw, *, pattern=_ID_RE, hint: str = _ID_HINT) -> tuple[str, ...]:
     if raw is None:
         return ()
     items = raw.split(",") if isinstance(raw, str) else list(raw)
@@ -88,8 +96,7 @@ def _parse_list(name: str, raw, *, pattern=_ID_RE) -> tuple[str, ...]:
                 raise ConfigError(f"{name}={raw!r} is malformed: empty item in a comma list (e.g. 'a,,b')")
             continue
         if not pattern.match(item):
-            raise ConfigError(f"{name}: {item!r} is not a valid id; ids use letters, digits, '_', '.', '-' and "
-                              "glob characters")
+            raise ConfigError(f"{name}: {item!r} is not a valid {hint}")
         out.append(item)
     return tuple(out)
 
@@ -107,6 +114,7 @@ class Config:
     patch_modules: tuple[str, ...] = ()
     cuda_capability: str = "8.0"
     compile_backend: str = "eager"
+    save_device: str = "cuda"
     rewrite: bool = True
     user_packages: tuple[str, ...] = ()
     user_roots: tuple[str, ...] = ()
@@ -167,11 +175,16 @@ def _coerce(var: EnvVar, raw):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
             raise ConfigError(f"{name}={raw!r} is not a backend name; e.g. eager, aot_eager, inductor, none")
         return value
+    if var.field == "save_device":
+        value = str(raw).strip().lower()
+        if value not in ("cuda", "npu"):
+            raise ConfigError(f"{name}={raw!r} is not a checkpoint device; valid values: cuda, npu")
+        return value
     if var.field == "user_roots":
         items = raw.split(os.pathsep) if isinstance(raw, str) else list(raw)
         return tuple(os.path.abspath(p) for p in items if p)
     if var.field in ("patch_modules", "user_packages"):
-        return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"))
+        return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"), hint=_MODULE_HINT)
     if var.field in ("disable", "only", "enable"):
         return _parse_list(name, raw)
     return str(raw)

@@ -19,7 +19,7 @@ class _Unbound:  # placeholder until torch is imported: activating the shim must
     pass
 
 
-_TorchDevice: type = _Unbound  # the real torch.device class, even after torch.device is proxied
+_TorchDevice: type = _Unbound  # torch.device, bound once torch is imported (read here on hot paths)
 
 
 def bind_torch() -> None:
@@ -61,6 +61,17 @@ def translate(value, *, ints: bool = False):
         return _npu_device(value.index) if value.type == "cuda" else value
     if ints and kind is int:
         return f"{NPU}:{value}"
+    return value
+
+
+def untranslate(value):
+    """The CUDA device string the user's code meant by an npu one (``"npu:1"`` -> ``"cuda:1"``), else ``value``:
+    what the shim writes where a CUDA program's output is kept (checkpoint location tags)."""
+    if type(value) is str and value.startswith(NPU):
+        if value == NPU:
+            return "cuda"
+        if value[3:4] == ":" and value[4:].isdigit():
+            return "cuda" + value[3:]
     return value
 
 

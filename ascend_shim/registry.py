@@ -171,7 +171,14 @@ def user_patch_sets(modules: Iterable[str]) -> list[PatchSet]:
             module = importlib.import_module(name)
         except ImportError as exc:
             raise ConfigError(f"ASCEND_SHIM_PATCH_MODULES: cannot import {name!r}: {exc}") from exc
-        for s in _sets_from(module, name):
+        except Exception as exc:  # a syntax error, or the module raised while importing
+            raise ConfigError(f"ASCEND_SHIM_PATCH_MODULES: cannot import {name!r}: {type(exc).__name__}: "
+                              f"{exc}") from exc
+        try:
+            found = _sets_from(module, name)
+        except TypeError as exc:  # no PATCH_SETS, or not patch sets
+            raise ConfigError(f"ASCEND_SHIM_PATCH_MODULES: {exc}") from exc
+        for s in found:
             s.source = f"module {name}"
             sets.append(s)
     return sets

@@ -12,6 +12,7 @@ import functools
 from ascend_shim.devices import translate
 from ascend_shim.registry import PatchSet
 
+from ._constructors import hook_constructor
 from ._wrappers import note, translate_arg, translate_kwargs
 
 REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
@@ -22,89 +23,62 @@ devices = PatchSet(
 
 
 # -- torch.device and other classes constructed with a device ----------------------------------------------
-def _proxy_class(orig, translate_call, name):
-    """A stand-in for a C++ class: calling it builds the *original* class (translated arguments);
-    ``isinstance``/``issubclass`` and class attributes behave as with the original."""
-
-    class _Meta(type):
-        def __instancecheck__(cls, obj):
-            return isinstance(obj, orig)
-
-        def __subclasscheck__(cls, sub):
-            return issubclass(sub, orig)
-
-        def __call__(cls, *args, **kwargs):
-            args, kwargs = translate_call(args, kwargs)
-            return orig(*args, **kwargs)
-
-        def __getattr__(cls, attr):
-            return getattr(orig, attr)
-
-        def __repr__(cls):
-            return repr(orig)
-
-    proxy = _Meta(orig.__name__, (), {"__doc__": orig.__doc__, "__module__": orig.__module__,
-                                      "__qualname__": getattr(orig, "__qualname__", orig.__name__)})
-    proxy.__wrapped__ = orig
-    return proxy
-
-
-@devices.patch("torch:device", kind="replace", fidelity="exact", covers=("torch.device", "device-string:cuda"),
-               sweep=False,
+# The classes stay the real ones (``type(d) is torch.device``, pickling by reference, dynamo): their C
+# constructor is hooked instead of the class being replaced (see _constructors).
+@devices.patch("torch:device", kind="call", fidelity="exact", covers=("torch.device", "device-string:cuda"),
                why="torch.device('cuda') is the boundary where CUDA code names its device; on an NPU machine a "
                    "cuda device object fails in every op it reaches.",
-               what="torch.device(...) builds the real torch.device; a cuda one comes back as npu (same index); "
-                    "isinstance(x, torch.device) keeps working; devices still pickle as torch.device.",
+               what="torch.device(...) builds the real torch.device; a cuda one comes back as npu (same index). "
+                    "torch.device stays the identical class (type checks, pickling, torch.compile unchanged).",
                remove_when=REMOVE)
 def device(ctx):
-    import copyreg
-    import sys
+    import torch
 
-    orig = ctx.original
+    device_class = torch.device
 
-    def reduce_device(d):
-        # pickle finds our stand-in at torch.device; unpickling calls it (or, without the shim, the real class)
-        args = (d.type,) if d.index is None else (d.type, d.index)
-        return sys.modules["torch"].device, args
+    def make_new(original):
+        def __new__(cls, *args, **kwargs):
+            made = original(cls, args, kwargs)
+            if type(made) is device_class and made.type == "cuda":  # a torch function mode may return others
+                new = translate(made)
+                note("torch.device", "device", made, new)
+                return new
+            return made
+        return __new__
 
-    copyreg.pickle(orig, reduce_device)
-    ctx.on_undo(lambda: copyreg.dispatch_table.pop(orig, None))
-
-    def translate_call(args, kwargs):
-        made = orig(*args, **kwargs)
-        if made.type == "cuda":
-            new = orig("npu", made.index) if made.index is not None else orig("npu")
-            note("torch.device", "device", made, new)
-            return (new,), {}
-        return (made,), {}
-
-    return _proxy_class(orig, translate_call, "device")
+    return hook_constructor(device_class, make_new, probe=("cpu",))
 
 
-def _device_kw_call(api):
-    def translate_call(args, kwargs):
-        value = kwargs.get("device")
-        if value is not None:
-            new = translate(value, ints=True)
-            if new is not value:
-                kwargs["device"] = new
-                note(api, "device", value, new)
-        elif args:
-            new = translate(args[0], ints=True)
-            if new is not args[0]:
-                note(api, "device", args[0], new)
-                args = (new,) + tuple(args[1:])
-        return args, kwargs
-    return translate_call
+def _device_kw_new(api):
+    def make_new(original):
+        def __new__(cls, *args, **kwargs):
+            value = kwargs.get("device")
+            if value is not None:
+                new = translate(value, ints=True)
+                if new is not value:
+                    kwargs["device"] = new
+                    note(api, "device", value, new)
+            elif args:
+                new = translate(args[0], ints=True)
+                if new is not args[0]:
+                    note(api, "device", args[0], new)
+                    args = (new,) + args[1:]
+            return original(cls, args, kwargs)
+        return __new__
+    return make_new
 
 
 for _cls in ("Generator", "Stream", "Event"):
     def _make(ctx, _cls=_cls):
-        return _proxy_class(ctx.original, _device_kw_call(f"torch.{_cls}"), _cls)
+        import torch
 
-    devices.patch(f"torch:{_cls}", kind="replace", covers=(f"torch.{_cls}",),
+        return hook_constructor(getattr(torch, _cls), _device_kw_new(f"torch.{_cls}"),
+                                probe=() if _cls == "Generator" else ("cpu",))
+
+    devices.patch(f"torch:{_cls}", kind="call", covers=(f"torch.{_cls}",),
                   why=f"torch.{_cls}(device='cuda') names a CUDA device.",
-                  what=f"torch.{_cls}(...) builds the real class with a cuda device translated to npu.",
+                  what=f"torch.{_cls}(...) builds the real class with a cuda device translated to npu; the class "
+                       "stays the identical object.",
                   remove_when=REMOVE)(_make)
 
 
@@ -256,10 +230,13 @@ def module_to_empty(ctx):
 @devices.patch("torch:load", covers=("torch.load",),
                why="checkpoints saved on GPUs restore to 'cuda:N'; map_location='cuda' names CUDA.",
                what="map_location values only (str, device, dict values) are translated, never the file name; "
-                    "with no map_location, storages saved on cuda:N restore to npu:N.",
+                    "storages tagged cuda:N restore to npu:N (with no map_location, after a callable that returns "
+                    "None, and for tags a dict does not map); a dict key cuda:N also maps npu:N tags and back.",
                remove_when=REMOVE)
 def load(ctx):
     import torch.serialization as ser
+
+    from ascend_shim.devices import untranslate
 
     orig = ctx.original
 
@@ -270,16 +247,33 @@ def load(ctx):
             return ser.default_restore_location(storage, new)
         return None
 
+    def after(user_map):
+        def restore(storage, location):
+            result = user_map(storage, location)
+            return restore_cuda_on_npu(storage, location) if result is None else result
+        return restore
+
+    def mapped(mapping):
+        def restore(storage, location):
+            target = mapping.get(location)
+            if target is None:  # a key names the tag's counterpart (cuda:N for npu:N) or nothing
+                alias = translate(location) if location.startswith("cuda") else untranslate(location)
+                target = mapping.get(alias, location)
+            new = translate(target)
+            if new is not target:
+                note("torch.load", "map_location", f"{location} -> {target}", new)
+            return ser.default_restore_location(storage, new)
+        return restore
+
     @functools.wraps(orig)
     def load_(f, map_location=None, *args, **kwargs):
         if map_location is None:
             map_location = restore_cuda_on_npu
         elif isinstance(map_location, dict):
-            new_map = {k: translate(v) for k, v in map_location.items()}
-            if any(new_map[k] is not v for k, v in map_location.items()):
-                note("torch.load", "map_location", map_location, new_map)
-            map_location = new_map
-        elif not callable(map_location):
+            map_location = mapped(map_location)
+        elif callable(map_location):
+            map_location = after(map_location)
+        else:
             new = translate(map_location)
             if new is not map_location:
                 note("torch.load", "map_location", map_location, new)

@@ -4,7 +4,11 @@ Every Python process started below an activated one (torchrun workers, multiproc
 workers, ``subprocess`` pythons) imports this file at start-up through ``site``. It activates the shim with
 the inherited ``ASCEND_SHIM_*`` settings when ``ASCEND_SHIM=1``, then runs the environment's own
 ``sitecustomize`` (the next one on ``sys.path``), so nothing the user had is lost. It never breaks start-up:
-an activation error is printed (and raised only under ``ASCEND_SHIM_STRICT=1``).
+an activation error is printed (and raised only under ``ASCEND_SHIM_STRICT=1``). Interpreters that cannot
+import ascend_shim at all (a system ``python3`` a tool starts with the inherited environment) stay silent.
+
+In a process activated here, the main script Python was asked to run goes through the same path as under
+``ascend-shim run`` (see ``ascend_shim.entry``).
 """
 import os
 import sys
@@ -32,11 +36,12 @@ def _activate():
 
         activate(root=False)
     except Exception as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "ascend_shim":
+            return  # another interpreter of the job, without the shim: not ours to activate
         if os.environ.get("ASCEND_SHIM_STRICT", "").strip().lower() in ("1", "true", "yes", "on"):
             raise
         print(f"ascend_shim: not activated in process {os.getpid()}: {type(exc).__name__}: {exc}",
               file=sys.stderr)
-
 
 _activate()
 try:

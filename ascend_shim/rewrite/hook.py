@@ -3,13 +3,21 @@
 ``install(roots, packages)`` puts a meta-path finder in front of the others. For each import it asks the
 finders behind it for the spec (so editable installs and other custom finders keep working) and, when the
 module is the user's, swaps its ``SourceFileLoader`` for :class:`RewritingLoader` (a subclass: resources,
-``get_source``, ``runpy`` and ``pkgutil`` behave the same). A module is the user's when
+``get_source``, ``runpy`` and ``pkgutil`` behave the same). User code is everything that is not the
+environment. A module is the user's when
 
-* its source file lies under one of ``roots`` (symlinks resolved), and not under the standard library, a
-  ``site-packages`` / ``dist-packages`` directory, ascend_shim or torch; or
+* its source file (symlinks resolved) is not under the standard library, a site directory or any
+  ``site-packages`` / ``dist-packages`` directory, ascend_shim or torch, nor a package that declares itself
+  NPU-native (:mod:`ascend_shim.callers`), and
+  - with no ``roots`` (the default): not under the interpreter's prefixes (``sys.prefix``, ``base_prefix``,
+    ``exec_prefix``), so the run target's tree, sibling packages on ``sys.path`` and editable installs of the
+    user's own project all count;
+  - with ``roots``: under one of them (narrower, or wider: a root may lie inside a prefix); or
 * its name is one of ``packages`` or inside one (``pkg`` and ``pkg.sub.mod``), wherever the package is
   installed, site-packages included (naming it is the user's statement that it is theirs) -- but standard
   library, ``ascend_shim``, ``torch`` and ``torch_npu`` names are refused with :class:`ConfigError`.
+
+The report carries one note naming the rule and the import roots user modules were actually loaded from.
 
 Only plain ``.py`` sources loaded by the stock ``SourceFileLoader`` are rewritten (no zip imports, no
 ``.pyc``-only modules, no custom loaders). Rewritten code is compiled from source on every import and never
@@ -35,6 +43,7 @@ import sysconfig
 import threading
 from types import ModuleType
 
+from .. import callers
 from .. import hooks as _post_import_hooks
 from ..errors import ConfigError
 from ..report import REPORT
@@ -53,8 +62,9 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.abspath(path))
 
 
-def _dir_sets() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(standard library dirs, site dirs, ascend_shim + torch package dirs), symlinks resolved."""
+def _dir_sets() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(standard library dirs, site dirs, ascend_shim + torch package dirs, interpreter prefixes), symlinks
+    resolved."""
     paths = sysconfig.get_paths()
     stdlib = {paths.get("stdlib"), paths.get("platstdlib")}
     sites = {paths.get("purelib"), paths.get("platlib")}
@@ -70,8 +80,9 @@ def _dir_sets() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     spec = importlib.util.find_spec("torch")
     if spec is not None and spec.submodule_search_locations:
         ours.update(spec.submodule_search_locations)
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     norm = lambda ds: tuple(sorted({_real(d) for d in ds if d}))  # noqa: E731
-    return norm(stdlib), norm(sites), norm(ours)
+    return norm(stdlib), norm(sites), norm(ours), norm(prefixes)
 
 
 def _under(path: str, root: str) -> bool:
@@ -109,8 +120,9 @@ class _Config:
     def __init__(self, roots, packages):
         self.roots = tuple(sorted({_real(r) for r in roots}))
         self.packages = tuple(packages)
-        self.stdlib_dirs, self.site_dirs, self.own_dirs = _dir_sets()
+        self.stdlib_dirs, self.site_dirs, self.own_dirs, self.prefixes = _dir_sets()
         self._dir_cache: dict[str, bool] = {}
+        self.seen_roots: dict[str, None] = {}  # import roots user modules came from (for the report)
 
     def named_package(self, fullname: str) -> bool:
         return any(fullname == p or fullname.startswith(p + ".") for p in self.packages)
@@ -118,16 +130,23 @@ class _Config:
     def _in(self, real: str, dirs) -> bool:
         return any(_under(real, d) for d in dirs)
 
+    def is_environment(self, real: str) -> bool:
+        """Standard library, site dirs, ``site-packages``/``dist-packages``, ascend_shim, torch."""
+        parts = real.split(os.sep)
+        return (self._in(real, self.stdlib_dirs) or self._in(real, self.site_dirs) or self._in(real, self.own_dirs)
+                or "site-packages" in parts or "dist-packages" in parts)
+
     def dir_is_users(self, directory: str) -> bool:
-        """Is ``directory`` inside a root and outside the stdlib, site-packages, ascend_shim and torch?"""
+        """Is ``directory`` the user's: not the environment, and inside a root (no roots: outside the prefixes)?"""
         hit = self._dir_cache.get(directory)
         if hit is None:
             real = _real(directory)
-            parts = real.split(os.sep)
-            hit = (self._in(real, self.roots)
-                   and not self._in(real, self.stdlib_dirs) and not self._in(real, self.site_dirs)
-                   and not self._in(real, self.own_dirs)
-                   and "site-packages" not in parts and "dist-packages" not in parts)
+            if self.is_environment(real):
+                hit = False
+            elif self.roots:
+                hit = self._in(real, self.roots)
+            else:
+                hit = not self._in(real, self.prefixes)
             self._dir_cache[directory] = hit
         return hit
 
@@ -136,13 +155,48 @@ class _Config:
         if not origin or not origin.endswith(".py"):
             return False
         if fullname:
-            if fullname.partition(".")[0] in _REFUSED_TOP:
+            top = fullname.partition(".")[0]
+            if top in _REFUSED_TOP:
                 return False
             if self.named_package(fullname):
                 real = _real(origin)
                 in_stdlib = self._in(real, self.stdlib_dirs) and not self._in(real, self.site_dirs)
                 return not in_stdlib and not self._in(real, self.own_dirs)
+            if callers.is_native_package(top):
+                return False
         return self.dir_is_users(os.path.dirname(origin))
+
+    def describe(self) -> str:
+        """The report's note: the rule, and the roots user modules were loaded from so far."""
+        if self.roots:
+            rule = "user code: files under " + ", ".join(self.roots)
+        else:
+            rule = ("user code: every file outside the environment (" + ", ".join(self.prefixes)
+                    + ", site-packages, ascend_shim, torch)")
+        if self.packages:
+            rule += "; packages " + ", ".join(self.packages)
+        seen = list(self.seen_roots)
+        return rule + ("; loaded from " + ", ".join(seen) if seen else "")
+
+    def saw(self, origin: str, fullname: str | None) -> None:
+        """Remember the import root of a user module (its directory minus the package path)."""
+        root = os.path.dirname(os.path.abspath(origin))
+        depth = (fullname or "").count(".") + (os.path.basename(origin) == "__init__.py")
+        for _ in range(depth):
+            root = os.path.dirname(root)
+        if root not in self.seen_roots:
+            old = self.describe()
+            self.seen_roots[root] = None
+            _replace_note(old, self.describe())
+
+
+def _replace_note(old: str, new: str) -> None:
+    with REPORT._lock:
+        notes = REPORT.notes
+        if old in notes:
+            notes[notes.index(old)] = new
+        elif new not in notes:
+            notes.append(new)
 
 
 class RewriteFinder(importlib.abc.MetaPathFinder):
@@ -192,6 +246,7 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
             return
         if not self.config.wants(fullname, spec.origin):
             return
+        self.config.saw(spec.origin, fullname)
         new = RewritingLoader(loader.name, loader.path)
         if holder is spec:
             spec.loader = new
@@ -200,17 +255,18 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
 
 
 _finder: RewriteFinder | None = None
+_last_config: "_Config | None" = None  # whose note the report carries (one note: the latest rule)
 
 
 def install(roots, packages=()) -> None:
     """Rewrite the CUDA comparisons of user modules imported from now on.
 
-    ``roots``: directories whose tree is the user's code (the CLI passes the run target's directory; for
-    ``-m`` the working directory). ``packages``: extra top-level or dotted package names whose modules are the
+    ``roots``: directories whose tree is the user's code (env ``ASCEND_SHIM_USER_ROOTS``); empty: every file
+    outside the environment. ``packages``: extra top-level or dotted package names whose modules are the
     user's wherever installed (env ``ASCEND_SHIM_USER_PACKAGES``). Calling again replaces both lists.
     Modules imported before ``install`` stay as they are.
     """
-    global _finder
+    global _finder, _last_config
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
     if isinstance(packages, str):
@@ -226,6 +282,7 @@ def install(roots, packages=()) -> None:
                               "torch_npu and ascend_shim are never rewritten)")
     config = _Config([os.fspath(r) for r in roots], packages)
     with _lock:
+        old_note = _last_config.describe() if _last_config is not None else ""
         if _finder is None:
             _finder = RewriteFinder(config)
         else:
@@ -234,6 +291,8 @@ def install(roots, packages=()) -> None:
             sys.meta_path.remove(_finder)
         sys.meta_path.insert(0, _finder)
         runpy.run_path = _run_path_hook
+        _replace_note(old_note, config.describe())
+        _last_config = config
 
 
 def uninstall() -> None:

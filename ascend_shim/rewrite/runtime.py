@@ -25,6 +25,8 @@ event with detail :data:`HIT_DETAIL` (not while ``torch.compile`` traces; compil
 """
 from __future__ import annotations
 
+import collections
+import collections.abc
 import sys
 
 from ..report import REPORT
@@ -56,6 +58,14 @@ def _torch_device_class():
         except Exception:  # noqa: BLE001 - torch half-initialised
             return None
     return _device_cls
+
+
+def _cuda_device(cls, idx):
+    """A real cuda ``torch.device``: under the shim the class's constructor turns "cuda" into npu, so its
+    untranslated constructor is used when the shim exposes one."""
+    args = ("cuda",) if idx is None else ("cuda", idx)
+    original = getattr(cls.__new__, "__ascend_shim_original__", None)
+    return original(cls, args, None) if original is not None else cls(*args)
 
 
 def _backend_spec(v: str) -> str | None:
@@ -91,7 +101,7 @@ def counterpart(v):
         idx = v.index
         dev = _cuda_devices.get(idx)
         if dev is None:
-            dev = _cuda_devices[idx] = cls("cuda") if idx is None else cls("cuda", idx)
+            dev = _cuda_devices[idx] = _cuda_device(cls, idx)
         return dev
     return None
 
@@ -145,33 +155,70 @@ def ne(a, b):
     return r
 
 
-_CONTAINERS = (list, tuple, set, frozenset, dict)
+_SEQUENCES = (list, tuple, collections.deque)  # ordered values with no lookup of their own: value semantics
+_SETS = (set, frozenset, collections.abc.Set)  # hashed lookups (``x in s`` agrees with ``s.remove(x)``)
 
 
 def contains(item, container) -> bool:
-    """``item in container``; also true when
-    * ``item``'s counterpart is in ``container`` (``"hccl" in ("nccl", "gloo")``),
-    * ``container`` is a device/backend string whose counterpart contains ``item`` (``"cuda" in "npu:0"``),
-    * ``container`` is a list/tuple/set/frozenset/dict holding an element whose counterpart equals ``item``
-      (``"cuda" in ["npu:0", "npu"]``). Other containers (generators, custom classes) are never iterated.
+    """``item in container`` as the CUDA program would see it, never disagreeing with the container's own lookup.
+
+    * a device/backend string also contains what its counterpart contains (``"cuda" in "npu:0"``);
+    * lists, tuples, deques (and the displays the rewrite meets, ``v in ("cuda", "mps")``): the item's
+      counterpart is looked for too, and an element whose counterpart equals the item counts
+      (``"cuda" in ["npu", "cpu"]``);
+    * sets and frozensets (``v in {"cuda", "xpu"}``): their own lookup of the item, then of its counterpart;
+      stored elements are never translated, so ``"cuda:0" in s`` is true only if ``s.remove("cuda:0")`` works;
+    * mappings and every other container: their own answer only, so ``"cuda:0" in d`` agrees with
+      ``d["cuda:0"]`` and ``d.get("cuda:0")``;
+    * a one-shot iterator (a generator) is walked once, as ``in`` walks it, with the sequence rule.
     """
-    if item in container:
-        return True
-    c = counterpart(item)
-    if c is not None and c in container:
-        _hit()
-        return True
-    if isinstance(container, str):
-        c = counterpart(container)
-        if c is not None and isinstance(c, str) and isinstance(item, str) and item in c:
+    if isinstance(container, _SEQUENCES):
+        if item in container:
+            return True
+        c = counterpart(item)
+        if c is not None and c in container:
             _hit()
             return True
-    elif isinstance(container, _CONTAINERS):
         for element in container:
             c = counterpart(element)
             if c is not None and (c is item or c == item):
                 _hit()
                 return True
+        return False
+    if isinstance(container, str):
+        if item in container:
+            return True
+        c = counterpart(container)
+        if c is not None and isinstance(c, str) and isinstance(item, str) and item in c:
+            _hit()
+            return True
+        return False
+    if isinstance(container, _SETS):
+        if item in container:
+            return True
+        c = counterpart(item)
+        if c is not None and c in container:
+            _hit()
+            return True
+        return False
+    if isinstance(container, collections.abc.Iterator) and not hasattr(type(container), "__contains__"):
+        return _in_iterator(item, container)
+    return item in container
+
+
+def _in_iterator(item, iterator) -> bool:
+    """One pass over ``iterator``, stopping where ``in`` would stop (at the first match)."""
+    c_item = counterpart(item)
+    for element in iterator:
+        if element is item or element == item:
+            return True
+        if c_item is not None and (element is c_item or element == c_item):
+            _hit()
+            return True
+        c = counterpart(element)
+        if c is not None and (c is item or c == item):
+            _hit()
+            return True
     return False
 
 

@@ -51,6 +51,8 @@ _NPU_LIT = re.compile(r"npu(?::[0-9]+)?\Z")
 _NPU_PREFIX = re.compile(r"npu(?::[0-9]*)?\Z")
 _FUNC_UNITS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _SNIPPET_MAX = 100
+#: how a site left alone because its code already handles the NPU is explained (``scan`` calls it covered)
+NPU_AWARE_REASON = "left as is: the enclosing code already compares against"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +275,7 @@ class CudaComparisonRewriter(ast.NodeTransformer):
         reason = ""
         if aware:
             counterpart = " / ".join({"device": '"npu"', "backend": '"hccl"'}[k] for k in sorted(aware))
-            reason = f"left as is: the enclosing code already compares against {counterpart}"
+            reason = f"{NPU_AWARE_REASON} {counterpart}"
         self.sites.append(Site(self.filename, node.lineno, node.col_offset, node.end_lineno or node.lineno,
                                node.end_col_offset or 0, prefix + self._snippet(node), pattern, kind, not aware,
                                reason))

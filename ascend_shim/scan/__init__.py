@@ -120,7 +120,7 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
                 errors.append((rel, msg))
                 continue
             for r in raw:
-                v = index.verdict(r.keys)
+                v = index.verdict_of(r)
                 findings.append(Finding(rel, r.line, r.col, r.category, r.symbol, v.verdict, v.patches, r.text,
                                         v.reason, r.keys))
     findings.sort(key=lambda f: (f.path, f.line, f.col, f.symbol))

@@ -49,9 +49,10 @@ def _entry(patch: Patch) -> _Entry:
 class CoverageIndex:
     """Answers ``verdict(keys)`` for a fixed list of patches."""
 
-    def __init__(self, patches: Iterable[Patch]):
+    def __init__(self, patches: Iterable[Patch], rewrite: bool = True):
         self.patches = list(patches)
         self._entries = [_entry(p) for p in self.patches]
+        self.rewrite = rewrite  # ASCEND_SHIM_REWRITE: does the user-code rewrite run at all?
 
     def _matches(self, key: str) -> list[Patch]:
         """The patches matching ``key``: the exact matches if any, else the broad ones (glob / provided module)."""
@@ -74,6 +75,22 @@ class CoverageIndex:
         if reason:
             return Verdict("unsupported", (), "", f"no patch covers it; {reason}")
         return Verdict("not covered")
+
+    def verdict_of(self, raw) -> Verdict:
+        """The verdict of a scanned finding: device comparisons follow what the user-code rewrite does with
+        them at run time (in every process of a job: the main script, imported modules, launcher workers)."""
+        decision = getattr(raw, "rewrite", None)
+        if decision is None:
+            return self.verdict(raw.keys)
+        if decision != "rewritten":
+            from ..rewrite.transform import NPU_AWARE_REASON
+
+            if decision.startswith(NPU_AWARE_REASON):  # the code's own NPU branch runs: nothing to do
+                return Verdict("covered", (), "", decision)
+            return Verdict("not covered", (), "", decision)
+        if not self.rewrite:
+            return Verdict("not covered", (), "", "ASCEND_SHIM_REWRITE=0: the comparison stays as written")
+        return self.verdict(raw.keys)
 
     def covering(self, symbol: str) -> list[Patch]:
         """Patches matching one symbol (exact or broad) -- used by ``doctor`` for env vars and modules."""
@@ -108,7 +125,7 @@ def index_for(sets: Iterable[PatchSet] | None = None, config=None, backend: str 
 
         sets, _errors = all_patch_sets(config.patch_modules)
         _validate_ids(config, sets)
-    return CoverageIndex(selected_patches(sets, config, backend))
+    return CoverageIndex(selected_patches(sets, config, backend), rewrite=config.rewrite)
 
 
 __all__ = ["CoverageIndex", "Verdict", "VERDICTS", "index_for", "selected_patches"]

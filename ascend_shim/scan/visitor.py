@@ -16,6 +16,7 @@ class RawFinding:
     symbol: str
     keys: tuple[str, ...]
     text: str           # what the source says (the literal, the dotted name, the import)
+    rewrite: str | None = None  # device comparisons: "rewritten", or why the user-code rewrite leaves it
 
 
 _FSTRING_HEAD_RE = re.compile(r"^cuda(:\d*)?$")
@@ -213,10 +214,48 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+_NOT_A_REWRITE_FORM = ("left as is: the user-code rewrite handles ==, !=, in, not in, .startswith() and "
+                       "match/case against a \"cuda\" / \"cuda:N\" / \"nccl\" literal or torch.device(\"cuda\")")
+
+
+def _apply_rewrite_rules(findings: list[RawFinding], source, filename: str) -> list[RawFinding]:
+    """Device comparisons get the verdict of the runtime's own rules: the user-code rewrite is run on the same
+    source (:func:`ascend_shim.rewrite.rewrite_tree`) and each comparison says whether it is rewritten."""
+    from ..rewrite.transform import _text, rewrite_tree
+
+    try:
+        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        _, sites = rewrite_tree(tree, _text(source), filename)
+    except (SyntaxError, ValueError):
+        return findings
+    by_pos = {(s.line, s.col + 1): s for s in sites}
+    used, out = set(), []
+    for f in findings:
+        site = by_pos.get((f.line, f.col))
+        if site is not None and site.pattern == "case" and f.category == S.DEVICE_STRING:
+            f = RawFinding(f.line, f.col, S.DEVICE_COMPARE, S.DEVICE_COMPARE_CUDA, (S.DEVICE_COMPARE_CUDA,),
+                           "case " + f.text)  # the literal of a case pattern is a comparison, not a device
+        if f.symbol in (S.DEVICE_COMPARE_CUDA, S.DEVICE_COMPARE_NCCL):
+            if site is None:
+                f.rewrite = _NOT_A_REWRITE_FORM
+            else:
+                used.add((site.line, site.col + 1))
+                f.rewrite = "rewritten" if site.rewritten else site.reason
+        out.append(f)
+    for pos, site in by_pos.items():  # forms only the rewrite names (device("cuda") == d with a bare name ...)
+        if pos not in used and not any(f.line == pos[0] and f.col == pos[1] and f.category == S.DEVICE_COMPARE
+                                       for f in out):
+            symbol = S.DEVICE_COMPARE_NCCL if site.kind == "backend" else S.DEVICE_COMPARE_CUDA
+            out.append(RawFinding(pos[0], pos[1], S.DEVICE_COMPARE, symbol, (symbol,), site.snippet,
+                                  "rewritten" if site.rewritten else site.reason))
+    return out
+
+
 def scan_source(source: bytes | str, filename: str = "<source>") -> list[RawFinding]:
     """Findings of one source text (raises SyntaxError / ValueError when it does not parse)."""
     tree = ast.parse(source, filename=filename)
     v = Visitor(tree)
     v.visit(tree)
-    v.findings.sort(key=lambda f: (f.line, f.col, f.symbol))
-    return v.findings
+    findings = _apply_rewrite_rules(v.findings, source, filename)
+    findings.sort(key=lambda f: (f.line, f.col, f.symbol))
+    return findings

@@ -15,6 +15,11 @@ Decisions where the hardware contract leaves room (see also torch_npu.md):
   by the indexing ops, as on CUDA.
 * Kernels run synchronously, so streams are always idle and events complete when recorded; memory has no
   caching allocator, so reserved == allocated.
+* Random numbers: the generator state is torch_npu's Philox (seed, offset) in 16 bytes and every random op
+  advances the offset (a multiple of 4); the numbers come from the CPU kernels, seeded per op by a hash of
+  (seed, offset), so they are reproducible from the state but are not Huawei's Philox stream.
+* CPU and npu tensors are shallow-copy compatible, as torch_npu registers it: ``Module.to`` keeps Parameters
+  (tied weights stay tied) and ``param.data = t.to("npu")`` works.
 
 Environment:
     ASCEND_SHIM_SIM_DEVICES   number of emulated devices (default 8)
@@ -93,6 +98,7 @@ def _install() -> None:
     counters.set_native_source(_native_snapshot, _native_reset)
     _count_print_as_one_transfer(native)
     _check_autograd_engine()
+    _forget_probe(native)
     atexit.register(_let_autograd_threads_finish)
     _register_hccl()
 
@@ -109,6 +115,16 @@ def _check_autograd_engine() -> None:
         ) from exc
 
 
+def _forget_probe(native) -> None:
+    """The probe is the emulator's use of the device, not the program's: the device state stays uninitialized
+    (``torch.npu.is_initialized()``) until the program itself makes an npu tensor or asks for the runtime."""
+    from .torch_npu.npu import utils
+
+    for index in range(native.device_count()):
+        native.reset_accumulated(index)
+    utils._initialized = False
+
+
 def _claim_privateuse1() -> None:
     backend = torch._C._get_privateuse1_backend_name()
     if backend != "npu":
@@ -117,6 +133,22 @@ def _claim_privateuse1() -> None:
         torch.utils.rename_privateuse1_backend("npu")
     if not hasattr(torch.Tensor, "is_npu"):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    _register_python_side()
+
+
+def _register_python_side() -> None:
+    """What torch_npu's backend registration sets in torch besides the device module (idempotent).
+
+    Lazy modules may call ``.npu()`` on uninitialized parameters, and activation checkpointing stashes and
+    restores the npu RNG state when no input names a device. (CPU/npu shallow-copy compatibility, which keeps
+    Parameters and tied weights through ``Module._apply`` and ``param.data =``, is registered by the C++ side.)
+    """
+    from torch.nn.parameter import UninitializedTensorMixin
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    if torch.Tensor.npu not in UninitializedTensorMixin._allowed_methods:
+        UninitializedTensorMixin._allowed_methods.append(torch.Tensor.npu)
+    DefaultDeviceType.set_device_type("npu")
 
 
 def _native_snapshot() -> dict:

@@ -187,3 +187,35 @@ def test_a_forked_child_cannot_use_the_device(sim):
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert not torch.npu._is_in_bad_fork()
+
+
+def test_device_state_initializes_lazily_like_torch_npu():
+    """is_initialized() is False until the program uses the device (the emulator's own probe does not count), so
+    DeviceMesh selects the device from LOCAL_RANK as it does on torch_npu; first use latches it True."""
+    out = run_python("""
+        import os, torch, ascend_shim.sim as sim
+        sim.install()
+        seen = [torch.npu.is_initialized(), torch.npu._initialized]
+        from torch.distributed.device_mesh import DeviceMesh
+        import torch.distributed as dist
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29613", LOCAL_RANK="1")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        DeviceMesh("npu", [0])
+        seen.append(torch.npu.current_device())
+        seen += [torch.npu.is_initialized(), torch.npu._initialized]
+        print(seen)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[False, False, 1, True, True]"
+
+
+def test_first_npu_tensor_initializes_the_device_state():
+    out = run_python("""
+        import torch, ascend_shim.sim as sim
+        sim.install()
+        before = torch.npu.is_initialized()
+        torch.zeros(1, device="npu:1")
+        print([before, torch.npu.is_initialized()])
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[False, True]"

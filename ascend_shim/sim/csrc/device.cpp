@@ -10,6 +10,11 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
+#include <c10/core/GeneratorImpl.h>
+#include <ATen/core/DistributionsHelper.h>
+#include <ATen/EmptyTensor.h>
+
+#include <cstring>
 
 #include <array>
 #include <atomic>
@@ -412,59 +417,117 @@ struct NpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NpuGuardImpl);
 
 // ================================================================================================================
-// Random generators: an npu generator carries a CPU generator's state, so CPU kernels can draw from it and the
-// same seed reproduces the same numbers on every npu index.
+// Random generators: torch_npu's NPUGeneratorImpl contract. The state is Philox's (seed, offset): 16 bytes
+// (uint64 seed, int64 offset), offsets are multiples of 4 and every random op advances the offset; setting a
+// state reproduces the numbers drawn after it. The numbers come from the CPU kernels: each op draws from a fresh
+// host generator seeded by a hash of (seed, offset), so they depend on nothing but the state.
 // ================================================================================================================
 
 namespace {
 
+// One generator state; graphsafe_get_state hands out generators that share it (as NPUGeneratorState is shared).
+struct PhiloxState final : c10::intrusive_ptr_target {
+  std::mutex mutex;  // guards draws from kernels, which do not hold the generator's own mutex
+  uint64_t seed = c10::default_rng_seed_val;
+  uint64_t offset = 0;
+};
+
+uint64_t round_up_to_4(uint64_t n) { return (n + 3) / 4 * 4; }
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
 class NpuGenerator final : public c10::GeneratorImpl {
  public:
-  explicit NpuGenerator(c10::DeviceIndex index)
+  static constexpr size_t kSeedSize = sizeof(uint64_t);
+  static constexpr size_t kOffsetSize = sizeof(int64_t);
+  static constexpr size_t kStateSize = kSeedSize + kOffsetSize;
+
+  explicit NpuGenerator(c10::DeviceIndex index, c10::intrusive_ptr<PhiloxState> state = nullptr)
       : GeneratorImpl(c10::Device(kNpu, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-        host_(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val)) {}
+        state_(state ? std::move(state) : c10::make_intrusive<PhiloxState>()) {}
 
   static c10::DeviceType device_type() { return kNpu; }
-  const at::Generator& host() const { return host_; }
 
+  // Callers from Python hold the generator's mutex (torch's Generator bindings take it), so these do not lock.
   void set_current_seed(uint64_t seed) override {
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    host_.set_current_seed(seed);
+    state_->seed = seed;
+    state_->offset = 0;
   }
   void set_offset(uint64_t offset) override {
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    host_.set_offset(offset);
+    TORCH_CHECK(offset % 4 == 0, "offset must be a multiple of 4");
+    state_->offset = offset;
   }
-  uint64_t get_offset() const override {
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    return host_.get_offset();
-  }
-  uint64_t current_seed() const override {
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    return host_.current_seed();
-  }
+  uint64_t get_offset() const override { return state_->offset; }
+  uint64_t current_seed() const override { return state_->seed; }
   uint64_t seed() override {
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    return host_.seed();
+    const uint64_t random = c10::detail::getNonDeterministicRandom(true);
+    set_current_seed(random);
+    return random;
   }
-  void set_state(const c10::TensorImpl& state) override {
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    host_.unsafeGetGeneratorImpl()->set_state(state);
-  }
+
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    return host_.unsafeGetGeneratorImpl()->get_state();
+    auto state = at::detail::empty_cpu({static_cast<int64_t>(kStateSize)}, at::kByte, std::nullopt, std::nullopt,
+                                       std::nullopt, std::nullopt);
+    const uint64_t seed = state_->seed;
+    const auto offset = static_cast<int64_t>(state_->offset);
+    auto* bytes = state.data_ptr<uint8_t>();
+    std::memcpy(bytes, &seed, kSeedSize);
+    std::memcpy(bytes + kSeedSize, &offset, kOffsetSize);
+    return state.getIntrusivePtr();
+  }
+
+  // Accepts 16 bytes (seed, offset) or, like torch_npu, 8 bytes (seed only; offset 0).
+  void set_state(const c10::TensorImpl& new_state) override {
+    at::detail::check_rng_state(new_state);
+    const auto size = static_cast<size_t>(new_state.numel());
+    TORCH_CHECK(size == kStateSize || size == kSeedSize, "RNG state is wrong size");
+    const auto* bytes = new_state.data_dtype_initialized<uint8_t>();
+    uint64_t seed = 0;
+    int64_t offset = 0;
+    std::memcpy(&seed, bytes, kSeedSize);
+    if (size == kStateSize) std::memcpy(&offset, bytes + kSeedSize, kOffsetSize);
+    TORCH_CHECK(offset % 4 == 0, "offset must be a multiple of 4");
+    state_->seed = seed;
+    state_->offset = static_cast<uint64_t>(offset);
+  }
+
+  void graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& gen) override {
+    auto* other = dynamic_cast<NpuGenerator*>(gen.get());
+    TORCH_CHECK(other != nullptr, "Expected a NPU Generator");
+    state_ = other->state_;
+  }
+  c10::intrusive_ptr<c10::GeneratorImpl> graphsafe_get_state() const override {
+    return c10::make_intrusive<NpuGenerator>(device_.index(), state_);
+  }
+
+  // (seed, offset) for one random op, advancing the offset by `increment` rounded up to a multiple of 4.
+  std::pair<uint64_t, uint64_t> philox_engine_inputs(uint64_t increment) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    const uint64_t offset = state_->offset;
+    state_->offset += round_up_to_4(std::max<uint64_t>(increment, 1));
+    return {state_->seed, offset};
   }
 
  private:
   NpuGenerator* clone_impl() const override {
     auto* copy = new NpuGenerator(device_.index());
-    std::lock_guard<std::mutex> lock(host_.mutex());
-    copy->host_ = host_.clone();
+    copy->state_->seed = state_->seed;
+    copy->state_->offset = state_->offset;
     return copy;
   }
-  mutable at::Generator host_;  // mutable: its mutex guards const reads too
+  c10::intrusive_ptr<PhiloxState> state_;
 };
+
+NpuGenerator* npu_generator_impl(const at::Generator& gen) {
+  auto* impl = dynamic_cast<NpuGenerator*>(gen.unsafeGetGeneratorImpl());
+  TORCH_CHECK(impl != nullptr, "Expected a NPU Generator, got a generator on ", gen.device());
+  return impl;
+}
 
 std::once_flag g_generators_once;
 std::vector<at::Generator> g_default_generators;
@@ -487,8 +550,15 @@ at::Generator new_generator(c10::DeviceIndex index) {
   return at::make_generator<NpuGenerator>(index);
 }
 
-at::Generator host_generator(const at::Generator& npu_generator) {
-  return static_cast<NpuGenerator*>(npu_generator.unsafeGetGeneratorImpl())->host();
+std::pair<uint64_t, uint64_t> philox_engine_inputs(const at::Generator& npu_generator, uint64_t increment) {
+  return npu_generator_impl(npu_generator)->philox_engine_inputs(increment);
+}
+
+at::Generator host_generator_for_op(const at::Generator& npu_generator, uint64_t increment) {
+  const auto [seed, offset] = philox_engine_inputs(npu_generator, increment);
+  // mt19937 takes a 32-bit seed: fold a 64-bit hash of (seed, offset) into it.
+  const uint64_t mixed = splitmix64(seed ^ splitmix64(offset + 0x632BE59BD9B4E019ULL));
+  return at::make_generator<at::CPUGeneratorImpl>((mixed ^ (mixed >> 32)) & 0xFFFFFFFFULL);
 }
 
 // ================================================================================================================
@@ -564,8 +634,12 @@ struct NpuHooks final : at::PrivateUse1HooksInterface {
   }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
-    const c10::DeviceGuard guard(storage.device());
+    const c10::Device device = storage.device();
+    const c10::DeviceGuard guard(device);
     at::native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), nbytes);
+    // Resized to nothing, the CPU helper leaves an empty CPU DataPtr: the storage must stay on its device
+    // (FSDP frees a FlatParameter's storage with resize_(0), then set_()s it onto its shard).
+    if (nbytes == 0) storage.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(nullptr, device));
   }
 };
 

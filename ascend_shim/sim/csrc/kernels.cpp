@@ -217,6 +217,7 @@ class FallbackCall {
   at::Tensor to_host(const at::Tensor& t, const c10::Argument& arg, bool is_write) {
     check_.visit(t, arg, is_write);
     if (!t.defined()) return t;
+    largest_numel_ = std::max<uint64_t>(largest_numel_, static_cast<uint64_t>(t.numel()));
     if (!t.is_privateuseone()) {
       host_inputs_.push_back(t.storage().unsafeGetStorageImpl());
       return t;
@@ -227,8 +228,9 @@ class FallbackCall {
     return host;
   }
 
-  // CPU kernels draw random numbers from the npu generator's host state; a missing generator means the
-  // target device's default generator, exactly as a device kernel would use it.
+  // CPU kernels draw random numbers from a host generator seeded by the npu generator's (seed, offset); the op
+  // advances the offset by one 32-bit draw per element of its largest tensor, as a Philox kernel would. A missing
+  // generator means the target device's default generator, exactly as a device kernel would use it.
   void bind_generator(c10::IValue& v) {
     if (!check_.has_npu()) {
       if (v.isGenerator() && v.toGenerator().device().type() == kNpu)
@@ -236,13 +238,13 @@ class FallbackCall {
       return;
     }
     if (v.isNone()) {
-      v = host_generator(default_generator(target_.index()));
+      v = host_generator_for_op(default_generator(target_.index()), largest_numel_);
       return;
     }
     const at::Generator gen = v.toGenerator();
     TORCH_CHECK(gen.device().type() == kNpu, "Expected a 'npu' device type for generator but found '",
                 gen.device().type(), "'");
-    v = host_generator(gen);
+    v = host_generator_for_op(gen, largest_numel_);
   }
 
   // After the CPU kernel wrote through a host alias: if it resized (reallocated) the alias storage, the npu
@@ -297,6 +299,7 @@ class FallbackCall {
   torch::jit::Stack* stack_;
   DeviceCheck check_;
   c10::Device target_{kNpu, 0};
+  uint64_t largest_numel_ = 0;
   HostAliases aliases_;
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 8> originals_;
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> writes_;
@@ -438,6 +441,32 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", record_stream);
   m.impl("native_dropout", native_dropout);
 }
+
+// torch_npu's registration: CPU and npu dense tensors may take each other's TensorImpl (`param.data = t`,
+// Module._apply keeping the Parameter, so tied weights stay tied across `.to`). torch's own rule knows only its
+// in-tree dense backends; like torch_npu, this replaces the operator's catch-all kernel for every device.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  const c10::DispatchKeySet self_keys = self.key_set();
+  const c10::DispatchKeySet from_keys = from.key_set();
+  const auto is_dense = [](c10::DispatchKeySet keys) {
+    return keys.has(c10::DispatchKey::CPU) || keys.has(c10::DispatchKey::PrivateUse1);
+  };
+  return self_keys == from_keys || (is_dense(self_keys) && is_dense(from_keys));
+}
+
+// Registered at load with the dispatcher's "overriding a kernel" warning silenced: the override is intended.
+struct SilentWarnings final : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+const bool g_shallow_copy_registered = [] {
+  SilentWarnings silent;
+  const c10::WarningUtils::WarningHandlerGuard guard(&silent);
+  static auto* library =
+      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::CatchAll, __FILE__, __LINE__);
+  library->impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  return true;
+}();
 
 // Copies handle conjugate/negative views themselves (the host aliases keep those bits and the CPU copy resolves
 // them); without these fallthroughs the math-bit fallbacks would materialize the source with clone(), which

@@ -71,6 +71,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("d2h_scope_exit", &sim::d2h_scope_exit);
 
   m.def("default_generator", &default_generator);
+  m.def("philox_engine_inputs", [](py::object generator, uint64_t increment) {
+    TORCH_CHECK(THPGenerator_Check(generator.ptr()), "philox_engine_inputs expects a torch.Generator");
+    return sim::philox_engine_inputs(reinterpret_cast<THPGenerator*>(generator.ptr())->cdata, increment);
+  });
   m.def("in_bad_fork", &sim::in_bad_fork);
   m.def("register_host_kernels", &sim::register_host_kernels);
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 namespace ascend_sim {
 
@@ -72,7 +73,9 @@ void d2h_scope_exit();
 // ---- random ----------------------------------------------------------------------------------------------------
 const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator new_generator(c10::DeviceIndex index);
-// The CPU generator that carries an npu generator's state; CPU kernels draw from it.
-at::Generator host_generator(const at::Generator& npu_generator);
+// (seed, offset) for one random op on an npu generator; advances its offset by `increment` (rounded up to 4).
+std::pair<uint64_t, uint64_t> philox_engine_inputs(const at::Generator& npu_generator, uint64_t increment);
+// A CPU generator for one op's CPU kernel: seeded from the npu generator's (seed, offset), which it advances.
+at::Generator host_generator_for_op(const at::Generator& npu_generator, uint64_t increment);
 
 }  // namespace ascend_sim

@@ -4,9 +4,9 @@ On hardware, ``npu_fusion_attention`` with ``keep_prob < 1`` takes ``philox_engi
 from the default NPU generator (advancing it), generates the dropout mask from them and returns both;
 ``npu_fusion_attention_grad`` regenerates the identical mask from the same ``(seed, offset, numels)``.
 
-We reproduce that contract, not Huawei's bit stream: ``seed`` is the device generator's initial seed, ``offset`` is
-drawn from (and advances) the device's default generator -- so ``torch.manual_seed(s)`` makes the sequence of
-masks reproducible, interleaved npu random ops change it, and the cpu random stream is untouched -- and the mask is
+We reproduce that contract, not Huawei's bit stream: ``(seed, offset)`` is the device generator's Philox state and
+the offset advances by 12 per call (10 rounded up to a multiple of 4) -- so ``torch.manual_seed(s)`` makes the
+sequence of masks reproducible, interleaved npu random ops change it, and the cpu random stream is untouched -- and the mask is
 a deterministic function of ``(seed, offset, numels, keep_prob)``.
 """
 from __future__ import annotations
@@ -42,14 +42,19 @@ def _default_generator(device: torch.device) -> torch.Generator:
     raise RuntimeError(f"ascend_shim sim: no default generator for {device}")
 
 
-def philox_engine_inputs(device: torch.device) -> tuple[int, int]:
+def philox_engine_inputs(device: torch.device, increment: int = 10) -> tuple[int, int]:
+    """``(seed, offset)`` of the device's default generator; advances its offset by ``increment`` rounded up to
+    a multiple of 4 (torch_npu's ``philox_engine_inputs(10)`` for the fused attention dropout)."""
     gen = _default_generator(device)
-    with _lock:
-        host = torch.Generator(device="cpu")
-        host.set_state(gen.get_state())
-        offset = int(torch.randint(0, 1 << 40, (1,), generator=host)) * 4  # philox offsets are multiples of 4
-        gen.set_state(host.get_state())
-    return int(gen.initial_seed()), offset
+    if gen.device.type == "cpu":
+        with _lock:
+            offset = int(torch.randint(0, 1 << 40, (1,), generator=gen)) * 4
+        return int(gen.initial_seed()), offset
+    ext = sys.modules.get("_ascend_shim_sim")
+    if ext is None:
+        raise RuntimeError(f"ascend_shim sim: the emulator is not loaded, no generator for {device}")
+    seed, offset = ext.philox_engine_inputs(gen, int(increment))
+    return int(seed), int(offset)
 
 
 def keep_mask(seed: int, offset: int, numels: int, keep_prob: float, device: torch.device) -> torch.Tensor:

@@ -31,8 +31,9 @@ from .npu_config import (CubeMathType, _allowHF32Conv, _allowHF32Matmul, _npuCon
                          get_mm_bmm_format_nd, get_task_queue_enable, is_jit_compile_false, set_compile_mode,
                          set_deterministic_level, set_mm_bmm_format_nd, set_option, set_task_queue_enable,
                          use_compatible_impl)
-from .random import (_get_generator, default_generators, get_rng_state, get_rng_state_all, initial_seed,
-                     manual_seed, manual_seed_all, seed, seed_all, set_rng_state, set_rng_state_all)
+from .random import (_get_generator, _get_rng_state_offset, _set_rng_state_offset, default_generators,
+                     get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
+                     set_rng_state, set_rng_state_all)
 from .streams import (Event, ExternalEvent, ExternalStream, Stream, StreamContext, SyncLaunchStream,
                       current_stream, default_stream, set_stream, stream)
 from .tensor_types import (BFloat16Storage, BFloat16Tensor, BoolStorage, BoolTensor, ByteStorage, ByteTensor,
@@ -47,8 +48,6 @@ from .utils import (_is_in_bad_fork, _lazy_call, _lazy_init, can_device_access_p
 from ._utils import _get_device_index  # noqa: F401
 from .memory import _dump_snapshot, _record_memory_history, _snapshot  # noqa: F401
 
-# Read by torch (e.g. checkpoint stashes device RNG states only when the device module is initialized).
-_initialized = True
 
 config = _npuConfig()
 matmul = _allowHF32Matmul()
@@ -82,4 +81,10 @@ __all__ = list(NPU_ALL)
 # Kept for callers of the earlier API: the real names without an implementation here.
 UNEMULATED = frozenset(unemulated_names(__import__(__name__, fromlist=["_"])))
 
-__getattr__ = module_getattr("torch.npu", REAL_EXTRA)
+_extra_getattr = module_getattr("torch.npu", REAL_EXTRA)
+
+
+def __getattr__(name: str):
+    if name == "_initialized":  # read by torch (activation checkpointing): follows the lazy device state
+        return is_initialized()
+    return _extra_getattr(name)

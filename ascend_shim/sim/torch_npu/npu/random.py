@@ -2,7 +2,9 @@
 
 Each emulated device has its own default generator (``default_generators[i]``); npu kernels draw from it, so
 the same seed reproduces the same ``torch.randn(..., device="npu")`` and seeding one device leaves the others
-and the CPU generator alone.
+and the CPU generator alone. As on hardware (and CUDA) the generator is Philox-shaped: its state is 16 bytes,
+(uint64 seed, int64 offset), every random op advances the offset by a multiple of 4, and DTensor's RNG tracker
+reads and writes the seed and offset in that layout.
 """
 from __future__ import annotations
 
@@ -77,3 +79,14 @@ def seed_all() -> None:
 
 def initial_seed() -> int:
     return _generator().initial_seed()
+
+
+# torch_npu defines these two in torch_npu.npu itself (as torch.cuda does), outside __all__.
+def _get_rng_state_offset(device="npu") -> int:
+    """The Philox offset of the device's generator."""
+    return _generator(device).get_offset()
+
+
+def _set_rng_state_offset(offset: int, device="npu") -> None:
+    """Set the Philox offset of the device's generator (a multiple of 4, as on hardware)."""
+    _generator(device).set_offset(int(offset))

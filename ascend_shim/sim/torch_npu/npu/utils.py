@@ -29,6 +29,7 @@ def device_count() -> int:
 
 
 def current_device() -> int:
+    _lazy_init()
     return _native().current_device()
 
 
@@ -50,6 +51,7 @@ class device:
         self.prev_idx = _native().current_device()
         if self.idx >= 0 and self.idx != self.prev_idx:
             _native().set_device(self.idx)
+        _lazy_init()
 
     def __exit__(self, *exc):
         if self.idx >= 0 and self.idx != self.prev_idx:
@@ -66,6 +68,7 @@ class device_of(device):
 
 def synchronize(device=None) -> None:
     """Wait for all work on a device. Emulated kernels run synchronously, so nothing is ever pending."""
+    _lazy_init()
     _checked_index(device)
 
 
@@ -132,15 +135,32 @@ def is_bf16_supported() -> bool:
 
 
 def init() -> None:
-    """Nothing to initialize lazily: the emulator is ready once installed."""
+    """Initialize the device state now (it is otherwise initialized on first use)."""
+    _lazy_init()
 
 
-def is_initialized() -> bool:
-    return not _native().in_bad_fork()
+# torch_npu initializes its device state lazily: on the first npu tensor a factory makes, or on the first call
+# that needs the runtime (current_device, synchronize, entering a device context...). Until then
+# is_initialized() is False, and torch relies on that: DeviceMesh selects the device from LOCAL_RANK only while
+# it is False; activation checkpointing stashes device RNG states only once it is True.
+_initialized = False
 
 
 def _lazy_init() -> None:
-    pass
+    global _initialized
+    if not _native().in_bad_fork():
+        _initialized = True
+
+
+def is_initialized() -> bool:
+    """True once this process has used the device (and it was not inherited through fork)."""
+    global _initialized
+    native = _native()
+    if native.in_bad_fork():
+        return False
+    if not _initialized and any(native.memory_stats(i)["allocated_blocks"] for i in range(native.device_count())):
+        _initialized = True  # an npu tensor was made: what initializes torch_npu's state
+    return _initialized
 
 
 def _lazy_call(callable, **kwargs) -> None:

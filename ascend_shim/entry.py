@@ -1,0 +1,300 @@
+"""The user's main program, run the way ``python`` runs it, with the user-code rewrite.
+
+One path for every process of a job: ``ascend-shim run`` calls :func:`run_file` / :func:`run_module` /
+:func:`run_directory`, and every process that comes up activated at start-up (launcher workers: torchrun,
+``torch.distributed.launch``, accelerate, deepspeed; ``subprocess`` pythons) runs its main script through
+:func:`run_file` as well: :func:`arm_worker_main` (called by the ``user_code`` patch during start-up) claims
+the script file Python was asked to run. CPython asks ``sys.path_hooks`` whether that file is a "package"
+(as it does for a directory or zip); a one-shot hook answers with a finder whose ``__main__`` is a stub that
+calls :func:`run_file`. ``-m module`` workers and ``multiprocessing`` spawn children (which re-run the main
+script as ``__mp_main__`` through ``runpy.run_path``) are rewritten by the import hook itself.
+
+Semantics kept from ``python``: a fresh ``__main__`` module (``__spec__`` None for a file, ``__file__``
+absolute, ``__loader__`` a ``SourceFileLoader``), ``sys.argv``, ``sys.path[0]`` (the script's real directory,
+none under ``-P``), exit status, and line numbers. A traceback that reaches the top starts at the user's first
+frame: the frames of runpy, the CLI and the stub are dropped (and, for the shim's own errors such as
+``UnsupportedOnNPUError``, the frames inside the shim below the user's call).
+"""
+from __future__ import annotations
+
+import builtins
+import importlib.machinery
+import io
+import os
+import runpy
+import sys
+import threading
+from types import ModuleType
+
+_main_codes: set[int] = set()  # ids of the code objects run as __main__ (their frames start user tracebacks)
+_keep: list = []  # the code objects themselves (their ids stay valid)
+_lock = threading.Lock()
+_SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class ProgramNotFound(Exception):
+    """What ``python`` reports as ``<python>: <message>`` and exit status 1 (no module, no ``__main__``)."""
+
+
+# -- tracebacks ---------------------------------------------------------------------------------------------
+def _is_shim_frame(frame) -> bool:
+    g = frame.f_globals
+    return (g.get("__name__", "") or "").startswith("ascend_shim") or bool(g.get("__ascend_shim_internal__")) \
+        or frame.f_code.co_filename.startswith(_SHIM_DIR + os.sep)
+
+
+def user_traceback(exc: BaseException):
+    """``exc``'s traceback from the user's main program on (the whole one if it never reached user code)."""
+    tb = exc.__traceback__
+    first = tb
+    while first is not None and id(first.tb_frame.f_code) not in _main_codes:
+        first = first.tb_next
+    if first is None:
+        return tb
+    from .errors import ShimError
+
+    if isinstance(exc, ShimError):  # raised on purpose by the shim for the user's call: end at that call
+        last, cur = None, first
+        while cur is not None:
+            if not _is_shim_frame(cur.tb_frame):
+                last = cur
+            cur = cur.tb_next
+        if last is not None and last.tb_next is not None and all(
+                _is_shim_frame(t.tb_frame) for t in _walk(last.tb_next)):
+            last.tb_next = None
+    return first
+
+
+def _walk(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+def _excepthook(etype, value, tb):
+    if isinstance(value, BaseException) and value.__traceback__ is not None:
+        tb = user_traceback(value)
+        value.__traceback__ = tb
+    _previous_hook(etype, value, tb)
+
+
+_previous_hook = sys.excepthook
+
+
+def _install_excepthook() -> None:
+    global _previous_hook
+    if sys.excepthook is not _excepthook:
+        _previous_hook = sys.excepthook
+        sys.excepthook = _excepthook
+
+
+def _mark_main(code) -> None:
+    with _lock:
+        _main_codes.add(id(code))
+        _keep.append(code)
+
+
+# -- the __main__ module ------------------------------------------------------------------------------------
+def _fresh_main(**attrs) -> ModuleType:
+    """A new ``__main__`` module, installed in ``sys.modules`` (as Python's own, it stays there)."""
+    module = ModuleType("__main__")
+    module.__dict__.update(__builtins__=builtins, **attrs)
+    sys.modules["__main__"] = module
+    return module
+
+
+def _safe_path() -> bool:
+    return bool(getattr(sys.flags, "safe_path", False) or sys.flags.isolated)
+
+
+def _set_path0(value: str, own_entry: bool) -> None:
+    """``sys.path[0]`` as Python sets it for a script (nothing under ``-P`` / ``-I``). ``own_entry``: the
+    current ``sys.path[0]`` belongs to whatever started the program (the CLI, CPython's claim) and goes."""
+    if own_entry and sys.path:
+        if _safe_path():
+            del sys.path[0]
+        else:
+            sys.path[0] = value
+    elif not _safe_path():
+        sys.path.insert(0, value)
+
+
+def cli_owns_path0() -> bool:
+    """Does ``sys.path[0]`` belong to the CLI (``python -m ascend_shim``: the cwd; ``ascend-shim``: its bin dir)?"""
+    return not _safe_path()
+
+
+def _main_code(path: str):
+    """The code of a script file: rewritten when the rewrite is on and the file is the user's."""
+    from . import rewrite
+    from .rewrite import hook
+
+    with io.open_code(path) as fh:
+        data = fh.read()
+    from importlib.util import MAGIC_NUMBER
+
+    if data[:4] == MAGIC_NUMBER:  # a compiled script (python x.pyc): run as is
+        import marshal
+
+        return marshal.loads(data[16:])
+    if rewrite.is_installed() and is_user_file(path):
+        code, sites = rewrite.rewrite_source(data, path)
+        rewrite.report_sites(sites)
+        finder = hook._finder
+        if finder is not None:
+            finder.config.saw(path, None)
+        return code
+    return compile(data, path, "exec", dont_inherit=True)
+
+
+def is_user_file(path: str) -> bool:
+    """Is the script ``path`` the user's (not the environment's: site-packages, the interpreter's prefixes,
+    the shim)? Same rule as for imported modules, with no named packages."""
+    from .rewrite import hook
+
+    finder = hook._finder
+    if finder is None:
+        return False
+    return finder.config.dir_is_users(os.path.dirname(os.path.abspath(path)))
+
+
+def run_file(path: str, argv: list[str] | None = None, *, own_path0: bool = True) -> None:
+    """``python path [args]``: ``argv`` is the full new ``sys.argv`` (default: keep it)."""
+    if argv is not None:
+        sys.argv[:] = argv
+    abspath = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    code = _main_code(abspath)
+    _set_path0(os.path.dirname(os.path.realpath(abspath)), own_path0)
+    module = _fresh_main(__name__="__main__", __doc__=None, __package__=None, __spec__=None, __file__=abspath,
+                         __cached__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", abspath))
+    _mark_main(code)
+    _install_excepthook()
+    exec(code, module.__dict__)
+
+
+def _run_spec(mod_name: str, spec, code) -> None:
+    """As ``runpy._run_module_as_main``: the code (rewritten by the import hook when it is the user's) runs in a
+    fresh ``__main__`` whose ``__spec__`` is the module's."""
+    module = _fresh_main(__name__="__main__", __doc__=None, __package__=spec.parent, __spec__=spec,
+                         __file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader)
+    _mark_main(code)
+    _install_excepthook()
+    exec(code, module.__dict__)
+
+
+def run_module(name: str, argv: list[str] | None = None) -> None:
+    """``python -m name [args]`` (a package runs its ``__main__``); the import hook rewrites user modules."""
+    if argv is not None:
+        sys.argv[:] = argv
+    _set_path0(os.getcwd(), cli_owns_path0())
+    mod_name, spec, code = runpy._get_module_details(name, ProgramNotFound)
+    sys.argv[0] = spec.origin
+    _run_spec(mod_name, spec, code)
+
+
+def run_directory(path: str, argv: list[str] | None = None) -> None:
+    """``python DIR`` / ``python archive.zip``: its ``__main__`` with ``DIR`` as ``sys.path[0]``."""
+    if argv is not None:
+        sys.argv[:] = argv
+    path = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)  # as CPython: absolute, not normalized
+    if cli_owns_path0() and sys.path:
+        sys.path[0] = path
+    else:
+        sys.path.insert(0, path)
+    mod_name, spec, code = runpy._get_main_module_details(ProgramNotFound)
+    _run_spec(mod_name, spec, code)
+
+
+# -- workers: the script Python itself was asked to run -----------------------------------------------------
+_armed: dict[str, str] = {}  # "path": the script, "real": its real path
+
+
+def _in_startup() -> bool:
+    """Called from the ``site`` start-up (sitecustomize, a .pth) before Python runs the main program?"""
+    main = sys.modules.get("__main__")
+    if main is None or "__file__" in main.__dict__:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "site":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def arm_worker_main() -> bool:
+    """At start-up of an activated process about to run a user script file: run it through :func:`run_file`.
+
+    Returns whether it armed the claim. Nothing happens for ``-c``, ``-m``, the REPL, a directory / zip (run
+    through the import hook) or a script of the environment (a console script, a file in site-packages).
+    """
+    if not _in_startup() or _armed:
+        return False
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 in ("", "-", "-c", "-m") or not os.path.isfile(argv0) or not is_user_file(argv0):
+        return False
+    _armed.update(path=argv0, real=os.path.realpath(argv0))
+    sys.path_hooks.insert(0, _main_path_hook)
+    return True
+
+
+def disarm_worker_main() -> None:
+    if _main_path_hook in sys.path_hooks:
+        sys.path_hooks.remove(_main_path_hook)
+
+
+def _main_path_hook(entry):
+    """Claims the armed script only when CPython itself asks (no Python frame calls it) -- once."""
+    if not _armed or sys._getframe().f_back is not None or not isinstance(entry, str):
+        raise ImportError
+    try:
+        same = os.path.realpath(entry) == _armed["real"] and os.path.isfile(entry)
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        raise ImportError
+    disarm_worker_main()
+    return _MainFinder(entry)
+
+
+class _MainFinder:
+    def __init__(self, entry: str):
+        self.entry = entry
+
+    def find_spec(self, fullname, target=None):
+        if fullname != "__main__":
+            return None
+        return importlib.machinery.ModuleSpec("__main__", _StubLoader(self.entry), origin="<ascend_shim>")
+
+    def invalidate_caches(self):
+        pass
+
+
+class _StubLoader:
+    """Its ``__main__`` code calls :func:`_run_claimed_main` (runpy runs it as Python's main program)."""
+
+    def __init__(self, entry: str):
+        self.entry = entry
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):  # pragma: no cover - runpy only asks for the code
+        raise ImportError("the ascend_shim main stub is not importable")
+
+    def get_code(self, fullname):
+        return compile("from ascend_shim.entry import _run_claimed_main\n_run_claimed_main()\n",
+                       "<ascend_shim>", "exec", dont_inherit=True)
+
+    def is_package(self, fullname):
+        return False
+
+
+def _run_claimed_main() -> None:
+    entry = _armed.get("path", "")
+    cached = sys.path_importer_cache
+    for key in [k for k, v in cached.items() if isinstance(v, _MainFinder)]:
+        del cached[key]
+    # CPython put the script itself on sys.path[0] (as for a directory); Python's own value is its directory
+    claimed = bool(sys.path) and isinstance(sys.path[0], str) and os.path.isfile(sys.path[0])
+    run_file(entry, own_path0=claimed)
