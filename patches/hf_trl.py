@@ -73,7 +73,7 @@ class _MultiDeviceView:
 
 @hf_trl.patch(
     "transformers.training_args:TrainingArguments.distributed_state", kind="add", id="hf_trl.multi_npu_checks",
-    covers=(), requires={"trl": ">=0.18"}, sweep=False,
+    covers=(), sweep=False,
     why="trl's trainers clear model_init_kwargs['device_map'] only when `args.distributed_state.distributed_type in "
         "['MULTI_GPU', 'DEEPSPEED']`; accelerate says MULTI_NPU on an NPU, so a multi-process run keeps "
         "device_map='auto' and stops with \"You can't train a model that has been loaded with device_map='auto' in "

@@ -38,7 +38,10 @@ def activate_worker() -> None:
     activate(root=False)
     user_hook = os.environ.get(USER_HOOK_VAR)
     if user_hook:
-        from ray._common.utils import load_class
+        try:
+            from ray._common.utils import load_class
+        except ImportError:  # Ray before 2.47
+            from ray._private.utils import load_class
 
         load_class(user_hook)()
 
