@@ -10,6 +10,7 @@ trl 1.16 no longer does either.)
 from __future__ import annotations
 
 import functools
+import sys
 
 from ascend_shim.registry import PatchSet
 
@@ -46,6 +47,66 @@ def init_communicator(ctx):
         return orig(self, device)
 
     return init_communicator
+
+
+class _MultiDeviceView:
+    """accelerate's state as trl's distributed checks should read it: MULTI_NPU counts as MULTI_GPU."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state):
+        object.__setattr__(self, "_state", state)
+
+    @property
+    def distributed_type(self):
+        from accelerate.utils import DistributedType
+
+        real = self._state.distributed_type
+        return DistributedType.MULTI_GPU if real == DistributedType.MULTI_NPU else real
+
+    def __getattr__(self, name):
+        return getattr(self._state, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._state, name, value)
+
+
+@hf_trl.patch(
+    "transformers.training_args:TrainingArguments.distributed_state", kind="add", id="hf_trl.multi_npu_checks",
+    covers=(), sweep=False,
+    why="trl's trainers clear model_init_kwargs['device_map'] only when `args.distributed_state.distributed_type in "
+        "['MULTI_GPU', 'DEEPSPEED']`; accelerate says MULTI_NPU on an NPU, so a multi-process run keeps "
+        "device_map='auto' and stops with \"You can't train a model that has been loaded with device_map='auto' in "
+        "any distributed mode\".",
+    what="trl's own modules read args.distributed_state through a view whose distributed_type answers MULTI_GPU "
+         "for MULTI_NPU (in trl it means 'several devices, one process each'); everyone else, accelerate and "
+         "transformers included, gets the real state (reported).",
+    remove_when="trl tests MULTI_NPU (or any multi-device type) where it tests MULTI_GPU")
+def multi_npu_checks(ctx):
+    from accelerate.utils import DistributedType
+
+    report = ctx.report
+
+    def get(self):
+        try:
+            state = self.__dict__["distributed_state"]
+        except KeyError:
+            raise AttributeError("distributed_state") from None
+        caller = sys._getframe(1)
+        if (state is not None and caller.f_globals.get("__name__", "").startswith("trl.")
+                and state.distributed_type == DistributedType.MULTI_NPU):
+            report.event("translated", "trl distributed check", "MULTI_NPU -> MULTI_GPU (device_map cleared)",
+                         frame=caller)
+            return _MultiDeviceView(state)
+        return state
+
+    def set_(self, value):
+        self.__dict__["distributed_state"] = value
+
+    def delete(self):
+        self.__dict__.pop("distributed_state", None)
+
+    return property(get, set_, delete, "accelerate's PartialState (trl's modules: MULTI_NPU reads as MULTI_GPU)")
 
 
 PATCH_SETS = [hf_trl]

@@ -6,6 +6,7 @@ report records, or stopped with an error that names the feature, the patch and w
 from __future__ import annotations
 
 import functools
+import sys
 
 from ascend_shim.registry import PatchSet
 
@@ -47,20 +48,32 @@ def compile_(ctx):
     return compile
 
 
-@features.patch("torch:_scaled_mm", kind="replace", fidelity="unsupported", covers=("fp8", "torch._scaled_mm"),
-                why="fp8 GEMMs (torch._scaled_mm with float8 inputs) have no equivalent on Atlas A2/A3 NPUs.",
-                what="raises UnsupportedOnNPUError naming fp8, unless a project patch set turns the feature off "
-                     "first (e.g. nanochat --fp8).",
-                remove_when="an NPU supports fp8 matmuls")
-def scaled_mm(ctx):
-    from ascend_shim.errors import UnsupportedOnNPUError
+#: the first torch_npu release that registers torch._scaled_mm (and _scaled_mm_v2) for the NPU
+SCALED_MM_SINCE = "2.13"
 
+
+@features.patch("torch:_scaled_mm", kind="replace", fidelity="unsupported", covers=("fp8", "torch._scaled_mm"),
+                why="fp8 GEMMs (torch._scaled_mm) have no NPU kernel before torch_npu 2.13; the call would fail "
+                    "deep in the dispatcher.",
+                what=f"with torch_npu < {SCALED_MM_SINCE}: raises UnsupportedOnNPUError naming fp8, unless a project "
+                     "patch set turns the feature off first (e.g. nanochat --fp8). From torch_npu "
+                     f"{SCALED_MM_SINCE} on (which registers it for the NPU) the patch is not needed and torch's own "
+                     "function runs.",
+                remove_when=f"the supported torch_npu range starts at {SCALED_MM_SINCE}")
+def scaled_mm(ctx):
+    from ascend_shim.errors import NotNeeded, UnsupportedOnNPUError
+    from ascend_shim.versions import installed_version, satisfies
+
+    version = installed_version("torch_npu")
+    if version and satisfies(version, f">={SCALED_MM_SINCE}"):
+        raise NotNeeded(f"torch_npu {version} registers torch._scaled_mm for the NPU")
     report, pid = ctx.report, ctx.patch.id
 
     def _scaled_mm(*args, **kwargs):
         report.unsupported("torch._scaled_mm", "fp8 matmul")
         raise UnsupportedOnNPUError("fp8 matmul (torch._scaled_mm)", pid,
-                                    "Run in bf16 (turn the fp8 option of your code off).")
+                                    f"torch_npu {version or '?'} has no NPU kernel for it (torch_npu "
+                                    f"{SCALED_MM_SINCE}+ has). Run in bf16 (turn the fp8 option of your code off).")
 
     return _scaled_mm
 
@@ -85,8 +98,16 @@ def triton_run(ctx):
     return run
 
 
+def _set_matmul_hf32(report, api: str, value: bool) -> None:
+    """What TF32 means on CUDA is HF32 on the NPU: one switch, reported at the caller's site."""
+    import torch
+
+    torch.npu.matmul.allow_hf32 = value
+    report.event("translated", api, f"torch.npu.matmul.allow_hf32 = {value}", frame=sys._getframe(2))
+
+
 class _MatmulFlags:
-    """``torch.backends.cuda.matmul`` whose TF32 switch also drives the NPU's HF32 switch."""
+    """``torch.backends.cuda.matmul`` whose TF32 switches also drive the NPU's HF32 switch."""
 
     def __init__(self, real, report):
         object.__setattr__(self, "_real", real)
@@ -98,20 +119,36 @@ class _MatmulFlags:
     def __setattr__(self, name, value):
         setattr(self._real, name, value)
         if name == "allow_tf32":
-            import torch
-
-            torch.npu.matmul.allow_hf32 = bool(value)
-            self._report.translated("torch.backends.cuda.matmul.allow_tf32",
-                                    f"torch.npu.matmul.allow_hf32 = {bool(value)}")
+            _set_matmul_hf32(self._report, "torch.backends.cuda.matmul.allow_tf32", bool(value))
+        elif name == "fp32_precision" and value in ("tf32", "ieee"):
+            _set_matmul_hf32(self._report, "torch.backends.cuda.matmul.fp32_precision", value == "tf32")
 
 
 @features.patch("torch.backends.cuda:matmul", kind="replace", covers=("torch.backends.cuda.matmul.allow_tf32",),
                 why="allow_tf32 trades matmul precision for speed on CUDA; the NPU's switch is HF32.",
-                what="setting allow_tf32 also sets torch.npu.matmul.allow_hf32 (reported); other attributes pass "
-                     "through.",
+                what="setting allow_tf32 (or fp32_precision 'tf32'/'ieee') also sets torch.npu.matmul.allow_hf32 "
+                     "(reported); other attributes pass through.",
                 remove_when=REMOVE)
 def matmul_flags(ctx):
     return _MatmulFlags(ctx.original, ctx.report)
+
+
+@features.patch("torch:set_float32_matmul_precision", covers=("torch.set_float32_matmul_precision",),
+                why="set_float32_matmul_precision('high'/'medium') is the modern way to turn TF32 matmuls on on "
+                    "CUDA; torch_npu does not map it, so the NPU kept full fp32 matmuls without a word.",
+                what="'high' and 'medium' also set torch.npu.matmul.allow_hf32 = True, 'highest' sets it False "
+                     "(reported); torch's own setting is made as well.",
+                remove_when="torch_npu maps the float32 matmul precision to HF32 itself")
+def float32_matmul_precision(ctx):
+    orig, report = ctx.original, ctx.report
+
+    @functools.wraps(orig)
+    def set_float32_matmul_precision(precision):
+        orig(precision)
+        if precision in ("highest", "high", "medium"):
+            _set_matmul_hf32(report, f"torch.set_float32_matmul_precision({precision!r})", precision != "highest")
+
+    return set_float32_matmul_precision
 
 
 @features.patch("torch.backends.cudnn:allow_tf32", kind="call", covers=("torch.backends.cudnn",),

@@ -44,6 +44,9 @@ Symbols, by category
                     ``cupy``, ``pycuda``, ``xformers``, ``transformer_engine``;
                     ``torch.utils.cpp_extension.CUDAExtension``.
 ``cuda-backends``   ``torch.backends.cuda.<...>``, ``torch.backends.cudnn.<...>``, ``torch.version.cuda``.
+``data-parallel``   ``torch.nn.DataParallel`` (also spelled ``torch.nn.parallel.DataParallel``),
+                    ``torch.nn.parallel.data_parallel``, ``torch.cuda.comm.<name>`` (also spelled
+                    ``torch.nn.parallel.comm.<name>``): single-process multi-device scatter/gather.
 
 Keys: how a finding is matched
 ==============================
@@ -91,6 +94,7 @@ NVML = "nvml"
 ENV = "env"
 CUDA_EXT = "cuda-ext"
 CUDA_BACKENDS = "cuda-backends"
+DATA_PARALLEL = "data-parallel"
 
 #: every category, in report order, with a one-line description
 CATEGORIES: dict[str, str] = {
@@ -107,6 +111,7 @@ CATEGORIES: dict[str, str] = {
     ENV: "CUDA / NCCL environment variables (CUDA_VISIBLE_DEVICES, NCCL_*, PYTORCH_CUDA_ALLOC_CONF)",
     CUDA_EXT: "CUDA extension libraries (apex, bitsandbytes, liger_kernel, deepspeed.ops, cupy, CUDAExtension)",
     CUDA_BACKENDS: "CUDA backend flags and version checks (torch.backends.cuda/cudnn, torch.version.cuda)",
+    DATA_PARALLEL: "single-process multi-device data parallelism (nn.DataParallel, torch.cuda.comm)",
 }
 
 # -- family symbols and fixed symbols -------------------------------------------------------------------------
@@ -137,6 +142,13 @@ _FAMILIES = (NCCL, FP8, CUDA_GRAPH)
 VERDICTS = ("covered", "fallback", "neutral", "unsupported", "not covered")
 FIDELITY_VERDICT = {"exact": "covered", "fallback": "fallback", "neutral": "neutral", "unsupported": "unsupported"}
 
+DATA_PARALLEL_SYMBOL = "torch.nn.DataParallel"
+_DATA_PARALLEL_NAMES = {"torch.nn.DataParallel": DATA_PARALLEL_SYMBOL,
+                        "torch.nn.parallel.DataParallel": DATA_PARALLEL_SYMBOL,
+                        "torch.nn.parallel.data_parallel.DataParallel": DATA_PARALLEL_SYMBOL,
+                        "torch.nn.parallel.data_parallel": "torch.nn.parallel.data_parallel",
+                        "torch.nn.parallel.data_parallel.data_parallel": "torch.nn.parallel.data_parallel"}
+
 #: CUDA features with no NPU equivalent: ``unsupported`` when no patch declares anything about them
 #: (glob pattern -> reason). A patch covering one of them (e.g. a neutral stand-in) overrides this.
 KNOWN_UNSUPPORTED: dict[str, str] = {
@@ -158,6 +170,7 @@ KNOWN_UNSUPPORTED: dict[str, str] = {
     "torch.cuda.GreenContext": "CUDA-only",
     "torch.cuda.CUDAPluggableAllocator": "CUDA-only allocator interface",
     "torch.cuda.tunable*": "CUDA/ROCm-only GEMM tuning",
+    DATA_PARALLEL_SYMBOL: "single-process multi-device scatter/gather needs CUDA builds of torch; use DDP",
 }
 
 _DEVICE_RE = re.compile(r"^cuda(:\d+)?$")
@@ -253,6 +266,11 @@ def classify_api(qualname: str) -> tuple[str, str, tuple[str, ...]] | None:
     q = qualname
     last = q.rsplit(".", 1)[-1]
     parents = tuple(_module_parents(q))
+    if q in _DATA_PARALLEL_NAMES:
+        return DATA_PARALLEL, _DATA_PARALLEL_NAMES[q], (_DATA_PARALLEL_NAMES[q],)
+    if q.startswith(("torch.cuda.comm.", "torch.nn.parallel.comm.")):
+        symbol = "torch.cuda.comm." + last
+        return DATA_PARALLEL, symbol, (symbol, "torch.cuda.comm", "torch.cuda")
     if q == "torch.cuda" or q.startswith("torch.cuda."):
         if (q in ("torch.cuda.graph", "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables",
                   "torch.cuda.graph_pool_handle") or q.startswith("torch.cuda.graphs")):

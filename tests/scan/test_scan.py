@@ -65,6 +65,7 @@ EXPECTED = [
     ("train.py", 36, 10, "device-string", "torch.amp.GradScaler", "covered"),       # implicit "cuda" default
     ("train.py", 37, 23, "nccl", "torch.distributed.ReduceOp.AVG", "not covered"),
     ("train.py", 38, 17, "nvml", "program:nvidia-smi", "unsupported"),
+    ("train.py", 39, 6, "data-parallel", "torch.nn.DataParallel", "unsupported"),   # known-unsupported
 ]
 
 
@@ -92,7 +93,7 @@ def test_verdicts_without_patches_are_known_unsupported_or_not_covered():
     verdicts = {(f.path.replace(os.sep, "/"), f.line, f.col): f.verdict for f in res.findings}
     unsupported = {k for k, v in verdicts.items() if v == "unsupported"}
     assert unsupported == {("pkg/attention.py", 8, 12), ("tools/monitor.py", 4, 8), ("tools/monitor.py", 7, 1),
-                           ("train.py", 29, 11), ("train.py", 30, 5), ("train.py", 38, 17)}
+                           ("train.py", 29, 11), ("train.py", 30, 5), ("train.py", 38, 17), ("train.py", 39, 6)}
     assert set(verdicts.values()) == {"unsupported", "not covered"}
     assert res.patch_sets == []
 
@@ -221,9 +222,9 @@ def test_cli_json(cli_env, capsys):
     assert s["findings"] == len(EXPECTED) and s["files_with_findings"] == 3
     assert s["by_category"]["device-compare"] == 5 and s["by_category"]["fp8"] == 2
     assert s["by_verdict"] == {v: sum(e[-1] == v for e in EXPECTED) for v in symbols.VERDICTS}
-    assert s["by_verdict"] == {"covered": 14, "fallback": 3, "neutral": 4, "unsupported": 7, "not covered": 14}
+    assert s["by_verdict"] == {"covered": 14, "fallback": 3, "neutral": 4, "unsupported": 8, "not covered": 14}
     assert s["by_category_verdict"]["cuda-graph"] == {"unsupported": 2, "covered": 1}
-    assert data["unsupported"] == 7
+    assert data["unsupported"] == 8
 
 
 def test_cli_csv_only_unsupported(cli_env, capsys):
@@ -241,7 +242,7 @@ def test_cli_text_table_and_summary(cli_env, capsys):
     out = capsys.readouterr().out
     assert "train.py:20:5" in out and "torch.cuda.synchronize" in out and "[scantest.sync]" in out
     assert f"{len(EXPECTED)} finding(s) in 3 file(s); 4 .py file(s) scanned" in out
-    assert "verdicts: covered 14, fallback 3, neutral 4, unsupported 7, not covered 14" in out
+    assert "verdicts: covered 14, fallback 3, neutral 4, unsupported 8, not covered 14" in out
     table = [line.split() for line in out.splitlines() if line.startswith("  ") and not line.startswith("  category")]
     assert ["fp8", "2"] == table[[r[0] for r in table].index("fp8")][:2]
 
