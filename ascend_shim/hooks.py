@@ -74,13 +74,26 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             return None
         busy.add(fullname)
         try:
-            spec = importlib.util.find_spec(fullname)
+            spec = self._spec_from_others(fullname, path, target)
         finally:
             busy.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _NotifyingLoader(spec.loader)
         return spec
+
+    def _spec_from_others(self, fullname, path, target):
+        """Ask the other finders directly. ``importlib.util.find_spec`` would import the parent package, and
+        finders run under the import system's global lock: an import from here deadlocks against a thread
+        that is importing that parent, beyond Python's deadlock detection."""
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
 
 
 _finder = _PostImportFinder()

@@ -51,35 +51,84 @@ class VirtualDistribution(importlib.metadata.Distribution):
 
 
 class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, module):
-        self._module = module
+    """Hands the import system the real module, importing it only now (see :meth:`_VirtualFinder.find_spec`)."""
+
+    def __init__(self, real_name: str):
+        self._real_name = real_name
 
     def create_module(self, spec):
-        return self._module
+        return importlib.import_module(self._real_name)
 
     def exec_module(self, module):  # already executed under its real name
         pass
+
+
+def _locate(name: str) -> tuple[bool, list[str] | None]:
+    """(found, package search locations) of module ``name``, asking only finders: no import runs here.
+
+    Imported packages along the way lend their ``__path__``; the rest is a file-system lookup.
+    """
+    path = None
+    parts = name.split(".")
+    for i in range(len(parts)):
+        prefix = ".".join(parts[:i + 1])
+        module = sys.modules.get(prefix)
+        if module is not None:
+            locations = getattr(module, "__path__", None)
+        else:
+            if i == 0:
+                spec = importlib.machinery.PathFinder.find_spec(prefix) or _spec_from_other_finders(prefix)
+            else:
+                spec = importlib.machinery.PathFinder.find_spec(prefix, path)
+            if spec is None:
+                return False, None
+            locations = spec.submodule_search_locations
+        if i < len(parts) - 1 and locations is None:
+            return False, None
+        path = list(locations) if locations is not None else None
+    return True, path
+
+
+def _spec_from_other_finders(name: str):
+    """A top-level name found by a finder other than the path finder (editable installs and the like)."""
+    for finder in list(sys.meta_path):
+        if finder is _finder or isinstance(finder, type) and issubclass(finder, importlib.machinery.PathFinder):
+            continue
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, None)
+        except Exception:
+            continue
+        if spec is not None:
+            return spec
+    return None
 
 
 class _VirtualFinder(importlib.abc.MetaPathFinder):
     """Resolves aliased module names and virtual distributions; inert for every other name."""
 
     def find_spec(self, fullname, path=None, target=None):
+        # The import system calls finders holding its global lock: importing here (the real module may import
+        # torch, transformers, ...) would make every other importing thread wait on that lock while this one
+        # waits on their module locks, a deadlock Python cannot detect. So nothing is imported here: the real
+        # module is imported by the loader, which runs under the alias's own module lock like any import.
         top, _, rest = fullname.partition(".")
         real_prefix = _aliases.get(top)
         if real_prefix is None:
             return None
         real_name = real_prefix + ("." + rest if rest else "")
-        try:
-            module = importlib.import_module(real_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == real_name:
-                return None
-            raise
-        is_pkg = hasattr(module, "__path__")
-        spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(module), is_package=is_pkg)
-        if is_pkg:
-            spec.submodule_search_locations = list(module.__path__)
+        module = sys.modules.get(real_name)
+        if module is not None:
+            found, locations = True, getattr(module, "__path__", None)
+        else:
+            found, locations = _locate(real_name)
+        if not found:
+            return None
+        spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(real_name), is_package=locations is not None)
+        if locations is not None:
+            spec.submodule_search_locations = list(locations)
         return spec
 
     def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
