@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -143,10 +144,43 @@ class Report:
     def write_json(self, path: str) -> Path:
         target = Path(report_path_for_process(path))
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(target.suffix + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
-        os.replace(tmp, target)
+        write_file_atomically(target, json.dumps(self.to_dict(), indent=1, default=str))
         return target
+
+
+def write_file_atomically(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` through a new temporary file in its directory, then rename it over.
+
+    The temporary file is created exclusively under a random name (never through a name another user could
+    plant a symlink at), with mode 0o644 narrowed by the umask; readers see the old file or the whole new one.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.fchmod(fd, 0o644 & ~_umask())
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fd = -1
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if fd != -1:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the OS allows (``os.umask`` is process-wide)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def _line_of(code, offset: int) -> int:
