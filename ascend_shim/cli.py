@@ -216,15 +216,12 @@ def _cmd_list(ns) -> int:
 
 # -- report -------------------------------------------------------------------------------------------------
 def _cmd_report(ns) -> int:
-    from .report import format_summary, merge
+    from .report import ReportFormatError, format_summary, load, merge
 
-    reports = []
-    for path in ns.files:
-        try:
-            with open(path) as fh:
-                reports.append(json.load(fh))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"report: cannot read {path}: {exc}") from exc
+    try:
+        reports = [load(path) for path in ns.files]
+    except ReportFormatError as exc:
+        raise ConfigError(f"report: {exc}") from exc
     merged = reports[0] if len(reports) == 1 else merge(reports)
     if ns.json:
         print(json.dumps(merged, indent=1))

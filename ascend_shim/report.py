@@ -22,6 +22,14 @@ import time
 from pathlib import Path
 
 CATEGORIES = ("translated", "unsupported", "fallback", "rewritten", "env")
+SCHEMA = "ascend_shim.report/1"
+
+
+def _event_order(e: dict) -> tuple:
+    """Known categories in their order, then any other category (a newer writer's) by name."""
+    c = e["category"]
+    rank = (CATEGORIES.index(c), "") if c in CATEGORIES else (len(CATEGORIES), c)
+    return rank + (e["file"], e["line"], e["api"])
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -129,13 +137,13 @@ class Report:
             merged[k] = merged.get(k, 0) + n[0]
         out = [{"category": c, "api": a, "detail": d, "file": f, "line": ln, "count": n}
                for (c, a, d, f, ln), n in merged.items()]
-        return sorted(out, key=lambda e: (CATEGORIES.index(e["category"]), e["file"], e["line"], e["api"]))
+        return sorted(out, key=_event_order)
 
     def to_dict(self) -> dict:
         with self._lock:
             sets, patches, notes = dict(self.sets), dict(self.patches), list(self.notes)
         return {
-            "schema": "ascend_shim.report/1",
+            "schema": SCHEMA,
             "process": {"pid": os.getpid(), "rank": process_rank(), "argv": list(sys.argv),
                         "backend": self.backend, "started": self.started, "ended": time.time()},
             "patch_sets": sets, "patches": patches, "events": self.events(), "notes": notes,
@@ -210,13 +218,114 @@ def report_path_for_process(path: str) -> str:
 
 
 # -- reading and merging reports -----------------------------------------------------------------------------
+class ReportFormatError(ValueError):
+    """A file that is not a readable ascend_shim JSON report; the message is one line naming the file."""
+
+
+def load(path: str) -> dict:
+    """Read and check one JSON report (a process's, or a merged one); raise :class:`ReportFormatError`."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ReportFormatError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ReportFormatError(f"{path} is not UTF-8 text (byte {exc.start}), so not a JSON report") from exc
+    except json.JSONDecodeError as exc:
+        raise ReportFormatError(f"{path} is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    problem = schema_problem(data)
+    if problem:
+        raise ReportFormatError(f"{path} is not an ascend_shim report: {problem}")
+    return data
+
+
+def schema_problem(rep) -> str:
+    """What makes ``rep`` not a report of schema ``ascend_shim.report/1`` ("" when it is one)."""
+    if not isinstance(rep, dict):
+        return f"the top level is {_json_type(rep)}, not an object"
+    if "schema" not in rep:
+        return "missing key 'schema'"
+    if rep["schema"] != SCHEMA:
+        return f"schema is {rep['schema']!r}, expected {SCHEMA!r}"
+    for key in ("patch_sets", "patches", "events"):
+        if key not in rep:
+            return f"missing key {key!r}"
+    if "process" not in rep and "processes" not in rep:
+        return "missing key 'process' (or 'processes' in a merged report)"
+    if "process" in rep:
+        problem = _process_problem(rep["process"], "process")
+        if problem:
+            return problem
+    if "processes" in rep:
+        if not isinstance(rep["processes"], list):
+            return f"processes is {_json_type(rep['processes'])}, not a list"
+        for i, proc in enumerate(rep["processes"]):
+            problem = _process_problem(proc, f"processes[{i}]")
+            if problem:
+                return problem
+    for key in ("patch_sets", "patches"):
+        entries = rep[key]
+        if not isinstance(entries, dict):
+            return f"{key} is {_json_type(entries)}, not an object"
+        for ident, info in entries.items():
+            if not isinstance(info, dict):
+                return f"{key}[{ident!r}] is {_json_type(info)}, not an object"
+            for field in ("status", "reason"):
+                if field == "status" and field not in info:
+                    return f"{key}[{ident!r}] has no 'status'"
+                if field in info and not isinstance(info[field], str):
+                    return f"{key}[{ident!r}].{field} is {_json_type(info[field])}, not a string"
+            if not isinstance(info.get("aliases", []), list):
+                return f"{key}[{ident!r}].aliases is {_json_type(info['aliases'])}, not a list"
+    if not isinstance(rep["events"], list):
+        return f"events is {_json_type(rep['events'])}, not a list"
+    for i, ev in enumerate(rep["events"]):
+        if not isinstance(ev, dict):
+            return f"events[{i}] is {_json_type(ev)}, not an object"
+        for field, kind in _EVENT_FIELDS.items():
+            if field not in ev:
+                return f"events[{i}] has no {field!r}"
+            if not isinstance(ev[field], kind) or isinstance(ev[field], bool):
+                return f"events[{i}].{field} is {_json_type(ev[field])}, not {_KIND_NAMES[kind]}"
+    notes = rep.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return "notes is not a list of strings"
+    return ""
+
+
+_EVENT_FIELDS = {"category": str, "api": str, "detail": str, "file": str, "line": int, "count": int}
+_KIND_NAMES = {str: "a string", int: "an integer"}
+
+
+def _process_problem(proc, where: str) -> str:
+    if not isinstance(proc, dict):
+        return f"{where} is {_json_type(proc)}, not an object"
+    rank = proc.get("rank")
+    if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
+        return f"{where}.rank is {_json_type(rank)}, not an integer or null"
+    return ""
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__)
+
+
 def merge(reports: list[dict]) -> dict:
     """Combine per-process reports: counts summed per call site, statuses listed per process."""
-    merged = {"schema": "ascend_shim.report/1", "processes": [], "patch_sets": {}, "patches": {},
-              "events": [], "notes": []}
+    merged = {"schema": SCHEMA, "processes": [], "patch_sets": {}, "patches": {}, "events": [], "notes": []}
     events: dict[tuple, dict] = {}
     for rep in reports:
-        merged["processes"].append(rep.get("process", {}))
+        if "processes" in rep:  # an already merged report
+            merged["processes"].extend(rep["processes"])
+        else:
+            merged["processes"].append(rep.get("process", {}))
         for key in ("patch_sets", "patches"):
             for ident, info in rep.get(key, {}).items():
                 slot = merged[key].setdefault(ident, dict(info))
@@ -230,8 +339,7 @@ def merge(reports: list[dict]) -> dict:
             else:
                 events[k] = dict(ev)
         merged["notes"].extend(n for n in rep.get("notes", []) if n not in merged["notes"])
-    merged["events"] = sorted(events.values(), key=lambda e: (CATEGORIES.index(e["category"]), e["file"],
-                                                             e["line"], e["api"]))
+    merged["events"] = sorted(events.values(), key=_event_order)
     return merged
 
 
@@ -275,12 +383,14 @@ def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) 
     titles = {"translated": "translated CUDA calls", "unsupported": "UNSUPPORTED calls",
               "fallback": "fallbacks taken", "rewritten": "rewritten comparisons in user code",
               "env": "environment translated"}
-    for category in CATEGORIES:
+    others = sorted({e["category"] for e in events} - set(CATEGORIES))
+    for category in CATEGORIES + tuple(others):
         items = [e for e in events if e["category"] == category]
         if not items:
             continue
         total = sum(e["count"] for e in items)
-        lines.append(f"  {titles[category]}: {len(items)} sites, {total} calls")
+        title = titles.get(category, f"{category} events (a category this version does not know)")
+        lines.append(f"  {title}: {len(items)} sites, {total} calls")
         for e in sorted(items, key=lambda e: -e["count"])[:limit]:
             where = "" if e["file"] == "<environment>" else f"{_short(e['file'])}:{e['line']}  "
             arrow = f" -> {e['detail']}" if e["detail"] else ""

@@ -2,7 +2,8 @@
 
 A static scan (``ast``, nothing is imported or run) of every ``.py`` file under PATH (``.git``, ``venv``,
 ``.venv``, ``site-packages``, ``build``, ``__pycache__``, ``node_modules`` and ``.tox`` are skipped; files that
-do not parse are reported and skipped). Each finding is ``path:line:col`` (1-based column), a category, a
+do not parse are reported and skipped; so are names that are not regular files, such as a FIFO or a device
+called ``x.py``, which are never opened for reading). Each finding is ``path:line:col`` (1-based column), a category, a
 **symbol**, and a coverage verdict computed from the declared patch metadata of the registered patch sets
 (``Patch.covers``, ``Patch.target``, ``Patch.fidelity``) -- never from a list kept here:
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import stat
 import sys
 from typing import Iterable
 
@@ -65,6 +67,7 @@ class ScanResult:
     errors: list[tuple[str, str]]        # (path, message) of files that could not be read or parsed
     files_scanned: int
     patch_sets: list[str]                # ids of the patch sets whose patches were considered
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (path, why): not regular files
 
     @property
     def unsupported(self) -> list[Finding]:
@@ -72,7 +75,9 @@ class ScanResult:
 
 
 def iter_python_files(path: str):
-    if os.path.isfile(path):
+    """``path`` itself unless it is a directory, else the ``.py`` names under it (regular or not: see
+    :func:`read_regular_file`)."""
+    if not os.path.isdir(path):
         yield path
         return
     for dirpath, dirnames, filenames in os.walk(path):
@@ -80,6 +85,36 @@ def iter_python_files(path: str):
         for name in sorted(filenames):
             if name.endswith(".py"):
                 yield os.path.join(dirpath, name)
+
+
+class NotRegularFile(OSError):
+    """A name that is not a regular file (FIFO, socket, device): reading it could block or never end."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def read_regular_file(path: str) -> bytes:
+    """The bytes of ``path`` if it is a regular file (symlinks followed); :class:`NotRegularFile` otherwise.
+
+    Opened non-blocking and checked on the open descriptor, so a FIFO neither blocks the open nor the read,
+    even if it replaced a regular file after the directory was listed.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise NotRegularFile(f"{kind}, not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            return fh.read()
+    finally:
+        if fd != -1:
+            os.close(fd)
 
 
 def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str | None = None) -> ScanResult:
@@ -106,14 +141,22 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
     selected_sets = sorted({p.set_id for p in index.patches if p.set_id})
     root = os.path.abspath(paths[0]) if len(paths) == 1 else os.path.commonpath([os.path.abspath(p) for p in paths])
     base = root if os.path.isdir(root) else os.path.dirname(root)
-    findings, errors, count = [], [], 0
+    findings, errors, skipped, count = [], [], [], 0
     for top in paths:
         for file in iter_python_files(top):
-            count += 1
             rel = os.path.relpath(os.path.abspath(file), base)
             try:
-                with open(file, "rb") as fh:
-                    raw = scan_source(fh.read(), rel)
+                source = read_regular_file(file)
+            except NotRegularFile as exc:
+                skipped.append((rel, str(exc)))
+                continue
+            except OSError as exc:
+                count += 1
+                errors.append((rel, f"{type(exc).__name__}: {exc.strerror or exc}"))
+                continue
+            count += 1
+            try:
+                raw = scan_source(source, rel)
             except (SyntaxError, ValueError, UnicodeDecodeError, OSError, RecursionError, MemoryError) as exc:
                 line = getattr(exc, "lineno", None)
                 msg = f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}" + (f" (line {line})" if line else "")
@@ -124,7 +167,7 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
                 findings.append(Finding(rel, r.line, r.col, r.category, r.symbol, v.verdict, v.patches, r.text,
                                         v.reason, r.keys))
     findings.sort(key=lambda f: (f.path, f.line, f.col, f.symbol))
-    return ScanResult(root, findings, errors, count, selected_sets)
+    return ScanResult(root, findings, errors, count, selected_sets, skipped)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,6 +215,8 @@ def main(argv=None) -> int:
         sys.stdout.write(output.to_csv(shown))
         for path, err in result.errors:
             print(f"ascend-shim scan: could not parse {path}: {err}", file=sys.stderr)
+        for path, why in result.skipped:
+            print(f"ascend-shim scan: skipped {path}: {why}", file=sys.stderr)
     else:
         sys.stdout.write(output.to_text(result, shown))
     return 1 if result.unsupported else 0

@@ -36,6 +36,7 @@ def to_json(result, findings) -> str:
         "patch_sets": result.patch_sets,
         "findings": [f.as_dict() for f in findings],
         "errors": [{"path": p, "error": e} for p, e in result.errors],
+        "skipped": [{"path": p, "reason": r} for p, r in result.skipped],
         "summary": summary(findings),
         "unsupported": sum(f.verdict == "unsupported" for f in result.findings),
     }
@@ -66,7 +67,8 @@ def to_text(result, findings) -> str:
         lines.append("")
     s = summary(findings)
     lines.append(f"{s['findings']} finding(s) in {s['files_with_findings']} file(s); {result.files_scanned} "
-                 f".py file(s) scanned" + (f", {len(result.errors)} could not be parsed" if result.errors else ""))
+                 f".py file(s) scanned" + (f", {len(result.errors)} could not be parsed" if result.errors else "")
+                 + (f", {len(result.skipped)} skipped (not regular files)" if result.skipped else ""))
     if s["by_category_verdict"]:
         verdicts = [v for v in VERDICTS if s["by_verdict"][v]]
         w = max(len(c) for c in s["by_category_verdict"])
@@ -80,4 +82,6 @@ def to_text(result, findings) -> str:
                      "(see `python -m ascend_shim list`)")
     for path, err in result.errors:
         lines.append(f"could not parse {path}: {err}")
+    for path, why in result.skipped:
+        lines.append(f"skipped {path}: {why}")
     return "\n".join(lines) + "\n"
