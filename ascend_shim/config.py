@@ -17,6 +17,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "off")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 _ID_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")
+#: the most devices the emulator supports (``kMaxDevices`` of its C++ backend)
+MAX_SIM_DEVICES = 64
+SIM_HCCL_AVG = ("reject", "sum_div")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +70,19 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ASCEND_SHIM_USER_ROOTS", "user_roots", "", "directories separated by the path separator",
            "Only these directory trees hold the user's code (default: every file outside the interpreter's "
            "prefixes, site-packages and the shim). Site-packages and the standard library never count."),
+    EnvVar("ASCEND_SHIM_SIM_DEVICES", "sim_devices", "8", f"1 .. {MAX_SIM_DEVICES}",
+           "Number of emulated NPUs (`sim` backend)."),
+    EnvVar("ASCEND_SHIM_SIM_BUILD_DIR", "sim_build_dir", "", "a directory",
+           "Where the emulator's C++ extensions are built and cached (default `~/.cache/ascend_shim/sim`)."),
+    EnvVar("ASCEND_SHIM_SIM_BUILD_VERBOSE", "sim_build_verbose", "0", "0 | 1",
+           "Show the compiler output when the emulator's extensions are built."),
+    EnvVar("ASCEND_SHIM_SIM_CANN_VERSION", "sim_cann_version", "", "a CANN version, e.g. 8.3.RC1",
+           "The CANN version the emulated `torch_npu` reports (default: the line paired with the installed torch)."),
+    EnvVar("ASCEND_SHIM_SIM_HCCL_AVG", "sim_hccl_avg", "", "reject | sum_div",
+           "How the emulated HCCL treats `ReduceOp.AVG` (default: as the torch_npu paired with the installed "
+           "torch: `sum_div` from torch 2.6, `reject` before)."),
+    EnvVar("ASCEND_SHIM_SIM_HCCL_NO_ALIAS", "sim_hccl_no_alias", "0", "0 | 1",
+           "Tests only: the emulated HCCL copies through host memory instead of aliasing npu memory."),
 )
 _BY_FIELD = {v.field: v for v in ENV_VARS}
 
@@ -118,6 +134,12 @@ class Config:
     rewrite: bool = True
     user_packages: tuple[str, ...] = ()
     user_roots: tuple[str, ...] = ()
+    sim_devices: int = 8
+    sim_build_dir: str = ""
+    sim_build_verbose: bool = False
+    sim_cann_version: str = ""
+    sim_hccl_avg: str = ""
+    sim_hccl_no_alias: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Config":
@@ -140,6 +162,8 @@ class Config:
         out = {}
         for var in ENV_VARS:
             value = getattr(self, var.field)
+            if var.field in _SIM_FIELDS and value == getattr(Config, var.field):
+                continue  # a default the emulator applies itself: nothing to pass on
             if isinstance(value, bool):
                 out[var.name] = "1" if value else "0"
             elif var.field == "user_roots":
@@ -151,9 +175,57 @@ class Config:
         return out
 
 
+_SIM_FIELDS = frozenset(v.field for v in ENV_VARS if v.name.startswith("ASCEND_SHIM_SIM_"))
+
+
+def setting(field: str, environ: Mapping[str, str] | None = None):
+    """One setting parsed from the environment (its default when unset): the emulator's readers use this."""
+    env = os.environ if environ is None else environ
+    var = _BY_FIELD[field]
+    raw = env.get(var.name)
+    return getattr(Config, field) if raw is None else _coerce(var, raw)
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Parse every ``ASCEND_SHIM_*`` setting of the environment; raise :class:`ConfigError` on the first bad one."""
+    Config.from_env(environ)
+
+
+def _parse_int(name: str, raw, low: int, high: int) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(f"{name}={raw!r} is not a whole number from {low} to {high}")
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = str(raw).strip()
+        if not re.fullmatch(r"[0-9]+", text):
+            raise ConfigError(f"{name}={raw!r} is not a whole number from {low} to {high}")
+        value = int(text)
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={raw!r} is out of range: use {low} to {high}")
+    return value
+
+
 def _coerce(var: EnvVar, raw):
     name = var.name
-    if var.field in ("enabled", "strict", "rewrite"):
+    if var.field == "sim_devices":
+        if isinstance(raw, str) and not raw.strip():
+            return Config.sim_devices  # empty: unset, as the emulator reads it
+        return _parse_int(name, raw, 1, MAX_SIM_DEVICES)
+    if var.field == "sim_build_dir":
+        value = str(raw).strip()
+        return os.path.expanduser(value) if value else ""
+    if var.field == "sim_cann_version":
+        value = str(raw).strip()
+        if value and not re.fullmatch(r"\d+\.\d+(\.[A-Za-z0-9]+)*", value):
+            raise ConfigError(f"{name}={raw!r} is not a CANN version; e.g. 8.3.RC1 or 8.0.0")
+        return value
+    if var.field == "sim_hccl_avg":
+        value = str(raw).strip().lower()
+        if value and value not in SIM_HCCL_AVG:
+            raise ConfigError(f"{name}={raw!r} is not a policy; valid values: {', '.join(SIM_HCCL_AVG)}")
+        return value
+    if var.field in ("enabled", "strict", "rewrite", "sim_build_verbose", "sim_hccl_no_alias"):
         return raw if isinstance(raw, bool) else _parse_bool(name, str(raw))
     if var.field == "backend":
         value = str(raw).strip().lower()

@@ -106,14 +106,29 @@ def _mark(obj, patch_id: str, wrapped) -> None:
 
 
 def sweep_aliases(changes: list[Change]) -> None:
-    """Rebind copies of the originals held by already-imported modules (``from x import y``)."""
-    by_id = {}
+    """Rebind copies of the originals held by already-imported modules (``from x import y``).
+
+    Every module's namespace is walked, so the walk allocates nothing per entry: originals are looked up by
+    hash where their type hashes by identity, by ``id`` otherwise, and only values of an original's type are
+    looked up at all.
+    """
+    by_id: dict[int, tuple[Any, Change]] = {}
+    by_value: dict[Any, Change] = {}
     for change in changes:
         value = bound(change.owner, change.original)
         if value is not _MISSING and isinstance(value, _SWEEPABLE):
             by_id[id(value)] = (value, change)
+            if _identity_hashed(type(value)):
+                by_value.setdefault(value, change)
     if not by_id:
         return
+    hashed = {type(v) for v in by_value}
+    other = {type(v) for v, _ in by_id.values()} - hashed
+
+    def copies(namespace):
+        return [(name, value) for name, value in namespace.items()
+                if (type(value) in hashed and value in by_value) or (type(value) in other and id(value) in by_id)]
+
     with _lock:
         for mod_name, module in list(sys.modules.items()):
             if module is None or mod_name.startswith("ascend_shim"):
@@ -121,7 +136,11 @@ def sweep_aliases(changes: list[Change]) -> None:
             namespace = getattr(module, "__dict__", None)
             if not isinstance(namespace, dict):
                 continue
-            for name, value in list(namespace.items()):
+            try:
+                found = copies(namespace)
+            except RuntimeError:  # another thread changed the namespace while we walked it
+                found = copies(dict(namespace))
+            for name, value in found:
                 hit = by_id.get(id(value))
                 if hit is None or hit[0] is not value:
                     continue
@@ -130,6 +149,16 @@ def sweep_aliases(changes: list[Change]) -> None:
                     continue
                 namespace[name] = bound(change.owner, change.replacement)
                 change.aliases.append((mod_name, name))
+
+
+def _identity_hashed(kind: type) -> bool:
+    """Whether ``kind``'s instances hash by identity without running Python code (so a lookup is cheap/safe)."""
+    return kind in _IDENTITY_HASHED or (issubclass(kind, type) and kind.__hash__ is type.__hash__
+                                        and kind.__eq__ is type.__eq__)
+
+
+_IDENTITY_HASHED = frozenset({types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+                              types.WrapperDescriptorType, type})
 
 
 def revert(changes: list[Change]) -> None:

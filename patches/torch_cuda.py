@@ -293,6 +293,7 @@ def nvtx(ctx):
     return shim
 
 
+@functools.lru_cache(maxsize=None)  # one per name for the process: a class made per activation would leak
 def _unsupported_object(name, feature, report, patch_id):
     from ascend_shim.errors import UnsupportedOnNPUError
 
@@ -340,6 +341,7 @@ for _name, _value in NEUTRAL.items():
                remove_when=REMOVE)(_make_neutral)
 
 
+@functools.lru_cache(maxsize=None)  # one class per name for the process: a class made per activation would leak
 def _legacy_tensor(name, dtype_name):
     import torch
 

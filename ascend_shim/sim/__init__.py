@@ -81,6 +81,9 @@ def torch_base_version() -> str:
 
 
 def _install() -> None:
+    from ..config import setting
+
+    setting("sim_devices")  # the C++ backend reads it too: a bad value is a one-line ConfigError first
     native = _extension.load()
     _claim_privateuse1()
     native.register_host_kernels()

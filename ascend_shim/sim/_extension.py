@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.util
-import os
 import sys
 import sysconfig
 import threading
@@ -22,6 +21,8 @@ from types import ModuleType
 from typing import Callable
 
 import torch
+
+from ..config import setting as _setting
 
 MODULE_NAME = "_ascend_shim_sim"
 SOURCES = ("device.cpp", "kernels.cpp", "nn.cpp", "autocast.cpp", "module.cpp")
@@ -50,8 +51,8 @@ def cache_key() -> str:
 
 
 def cache_root() -> Path:
-    root = os.environ.get("ASCEND_SHIM_SIM_BUILD_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "ascend_shim" / "sim"
+    root = _setting("sim_build_dir")
+    return Path(root) if root else Path.home() / ".cache" / "ascend_shim" / "sim"
 
 
 def build_dir() -> Path:
@@ -91,7 +92,7 @@ def _build(directory: Path) -> ModuleType:
         sources=[str(_csrc() / name) for name in SOURCES],
         extra_cflags=list(CFLAGS),
         build_directory=str(directory),
-        verbose=os.environ.get("ASCEND_SHIM_SIM_BUILD_VERBOSE") == "1",
+        verbose=_setting("sim_build_verbose"),
     )
 
 

@@ -20,7 +20,6 @@ cached ``.so`` directly.
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import sysconfig
 import threading
@@ -559,6 +558,8 @@ def load(verbose: bool = False):
 
         from .._extension import load_or_build
 
-        verbose = verbose or os.environ.get("ASCEND_SHIM_SIM_BUILD_VERBOSE") == "1"
+        from ...config import setting
+
+        verbose = verbose or setting("sim_build_verbose")
         _module = load_or_build(MODULE_NAME, build_dir(), lambda directory: _build(directory, verbose))
         return _module

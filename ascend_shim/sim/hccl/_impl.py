@@ -16,7 +16,6 @@ device provides it, otherwise a copy to the host and back.
 """
 from __future__ import annotations
 
-import os
 import warnings
 from datetime import timedelta
 
@@ -32,6 +31,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
+from ...config import setting as _setting
 from ._errors import NOT_FOUND, NOT_SUPPORT, PARAM, TYPE, VALUE, hccl_error
 
 # ---------------------------------------------------------------------------------------------
@@ -49,9 +49,7 @@ def _default_avg_policy() -> str:
     return "sum_div" if (major, minor) >= (2, 6) else "reject"
 
 
-_avg_policy = os.environ.get("ASCEND_SHIM_SIM_HCCL_AVG", "").strip().lower() or _default_avg_policy()
-if _avg_policy not in AVG_POLICIES:
-    raise ValueError(f"ASCEND_SHIM_SIM_HCCL_AVG must be one of {AVG_POLICIES}, got {_avg_policy!r}")
+_avg_policy = _setting("sim_hccl_avg") or _default_avg_policy()
 
 
 def set_avg_policy(policy: str) -> None:
@@ -69,7 +67,7 @@ def get_avg_policy() -> str:
 # Host views of npu memory: the one place that decides zero-copy vs copy.
 # ---------------------------------------------------------------------------------------------
 # Tests only: force the copy path (the one used when the device cannot alias npu memory).
-_NO_ALIAS = os.environ.get("ASCEND_SHIM_SIM_HCCL_NO_ALIAS", "") == "1"
+_NO_ALIAS = _setting("sim_hccl_no_alias")
 
 
 def _cpu_alias():
