@@ -185,6 +185,8 @@ def revert(changes: list[Change]) -> None:
 def revert_all() -> None:
     with _lock:
         revert(list(_changes))
+        if not _changes:
+            _changes.clear()  # an emptied list keeps its storage; clear() frees it
 
 
 def find_change(target: str) -> Change | None:

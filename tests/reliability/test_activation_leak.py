@@ -27,7 +27,7 @@ _SCRIPT = f"""
 
     cycles(1)  # first activation: patch modules imported, the emulated device up
     tracemalloc.start()
-    cycles(1)  # the state a cycle leaves (the last report, ...) is now traced on both sides
+    cycles(3)  # the state a cycle leaves (the last report, bounded caches) is now traced on both sides
     before = settled()
     cycles({CYCLES})
     after = settled()
