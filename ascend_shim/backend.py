@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 
 from .errors import ConfigError
@@ -41,7 +42,10 @@ def bring_up(backend: str) -> None:
 
 class _TorchFirst(importlib.abc.MetaPathFinder):
     """Under ``sim``, ``import torch_npu`` before ``import torch`` (Ray workers, vllm-style plugins) imports torch
-    first: that brings the emulator up, which registers the ``torch_npu`` alias that then answers the import."""
+    first: that brings the emulator up, whose package then answers the import.
+
+    Nothing is imported in ``find_spec``: the import system calls finders holding its global lock, so importing
+    there could deadlock against other importing threads. The loader imports, under ``torch_npu``'s own lock."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch_npu" or "torch" in sys.modules:
@@ -50,10 +54,19 @@ class _TorchFirst(importlib.abc.MetaPathFinder):
 
         if activation.current_backend() != "sim":
             return None
-        importlib.import_module("torch")
-        from . import virtual
+        spec = importlib.machinery.ModuleSpec(fullname, _TorchThenEmulator(), is_package=True)
+        spec.submodule_search_locations = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim",
+                                                        "torch_npu")]
+        return spec
 
-        return virtual._finder.find_spec(fullname, path, target)
+
+class _TorchThenEmulator(importlib.abc.Loader):
+    def create_module(self, spec):
+        importlib.import_module("torch")  # activation brings the emulator up once torch is imported
+        return importlib.import_module(f"{__package__}.sim.torch_npu")
+
+    def exec_module(self, module):  # already executed under its real name
+        pass
 
 
 _torch_first = _TorchFirst()

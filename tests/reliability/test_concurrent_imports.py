@@ -86,6 +86,21 @@ def test_alias_finder_does_not_import_while_finding(tmp_path):
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+def test_torch_npu_before_torch_imports_nothing_while_finding(tmp_path):
+    """Under sim, ``import torch_npu`` before torch: finding it imports nothing; loading it brings torch up."""
+    result = _run(tmp_path, """
+        import importlib.util, sys
+        import ascend_shim
+        ascend_shim.activate(backend="sim", inherit=False, log_level="off")
+        spec = importlib.util.find_spec("torch_npu")
+        assert spec is not None and "torch" not in sys.modules, "find_spec imported torch"
+        import torch_npu, torch
+        assert torch_npu.npu is torch.npu and torch.ones(1, device="npu").device.type == "npu"
+        print("ok")
+    """, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
 def test_post_import_hook_finder_does_not_import_the_parent(tmp_path):
     """A watched ``pkg.sub`` imported while another thread is still inside ``pkg``: both finish, hook runs."""
     (tmp_path / "sync.py").write_text(textwrap.dedent(_SYNC))
