@@ -203,15 +203,19 @@ def _on_torch_import(generation: int, module) -> None:
     with _lock:
         if not _state.active or _state.generation != generation:
             return
-        try:
-            from .devices import bind_torch
+        backend = _state.backend
+    # Bringing the backend up imports (torch_npu, the emulator): never while holding _lock, which a thread that is
+    # itself inside an import may be waiting for (a hang the import system cannot detect). Both bring-ups are
+    # idempotent and thread-safe on their own.
+    try:
+        from .devices import bind_torch
 
-            bind_torch()
-            backend_mod.bring_up(_state.backend)
-        except Exception as exc:
-            REPORT.note(f"backend {_state.backend} failed to come up: {type(exc).__name__}: {exc}")
-            raise
-        REPORT.note(f"backend {_state.backend} is up")
+        bind_torch()
+        backend_mod.bring_up(backend)
+    except Exception as exc:
+        REPORT.note(f"backend {backend} failed to come up: {type(exc).__name__}: {exc}")
+        raise
+    REPORT.note(f"backend {backend} is up")
 
 
 # -- child processes ----------------------------------------------------------------------------------------
