@@ -23,12 +23,14 @@ Decisions where the hardware contract leaves room (see also torch_npu.md):
 
 Environment:
     ASCEND_SHIM_SIM_DEVICES   number of emulated devices (default 8)
+    ASCEND_RT_VISIBLE_DEVICES which of them this process sees (as on the real runtime)
     ASCEND_SHIM_SIM_BUILD_DIR where the C++ extension is built and cached (see ``_extension``)
 """
 from __future__ import annotations
 
 import atexit
 import functools
+import os
 import re
 import sys
 import threading
@@ -74,6 +76,24 @@ def install() -> None:
             _installing = False
 
 
+def visible_devices(physical: int, environ=None) -> list[int]:
+    """The physical devices this process sees, in order: ``ASCEND_RT_VISIBLE_DEVICES`` read the way the runtime
+    reads visible-device lists (as CUDA_VISIBLE_DEVICES is: each entry's leading digits; the list ends at the first
+    entry that is not a device of the machine; a device named twice hides them all); unset means every device."""
+    raw = (os.environ if environ is None else environ).get("ASCEND_RT_VISIBLE_DEVICES")
+    if raw is None:
+        return list(range(physical))
+    seen: list[int] = []
+    for entry in raw.split(","):
+        digits = re.match(r"\d*", entry.strip()).group(0)
+        if not digits or int(digits) >= physical:
+            break
+        if int(digits) in seen:
+            return []
+        seen.append(int(digits))
+    return seen
+
+
 def torch_base_version() -> str:
     """torch's release without local tags ("2.13.0+cpu" -> "2.13.0"): the torch_npu version paired with it."""
     match = re.match(r"\d+(\.\d+)*", torch.__version__)
@@ -83,8 +103,9 @@ def torch_base_version() -> str:
 def _install() -> None:
     from ..config import setting
 
-    setting("sim_devices")  # the C++ backend reads it too: a bad value is a one-line ConfigError first
+    count = len(visible_devices(setting("sim_devices")))  # a bad value is a one-line ConfigError first
     native = _extension.load()
+    native.configure_device_count(count)
     _claim_privateuse1()
     native.register_host_kernels()
 
@@ -100,8 +121,9 @@ def _install() -> None:
     virtual.register_distribution("torch_npu", torch_base_version(), "Emulated torch_npu (ascend_shim sim backend)")
     counters.set_native_source(_native_snapshot, _native_reset)
     _count_print_as_one_transfer(native)
-    _check_autograd_engine()
-    _forget_probe(native)
+    if count:  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no npu backward to check
+        _check_autograd_engine()
+        _forget_probe(native)
     atexit.register(_let_autograd_threads_finish)
     _register_hccl()
 

@@ -219,3 +219,17 @@ def test_first_npu_tensor_initializes_the_device_state():
     """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[False, True]"
+
+
+@pytest.mark.parametrize("visible, expected", [("5,2", "2 npu:1"), ("3,9,1", "1 npu:0"), ("1,1", "0 -"), ("", "0 -")])
+def test_visible_devices_narrow_the_emulated_ones_as_on_the_runtime(visible, expected):
+    """ASCEND_RT_VISIBLE_DEVICES (what Ray and launchers set per worker) decides what the process sees."""
+    out = run_python("""
+        import torch, ascend_shim.sim as sim
+        sim.install()
+        n = torch.npu.device_count()
+        last = str(torch.ones(1, device=f"npu:{n - 1}").device) if n else "-"
+        print(n, last)
+    """, env_extra={"ASCEND_RT_VISIBLE_DEVICES": visible})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == expected

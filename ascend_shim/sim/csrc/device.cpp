@@ -31,13 +31,23 @@ namespace ascend_sim {
 // Devices
 // ================================================================================================================
 
+// The number of devices this process sees: set once by the Python side (ASCEND_SHIM_SIM_DEVICES narrowed by
+// ASCEND_RT_VISIBLE_DEVICES, both parsed there) before the first device query.
+static std::atomic<int> g_configured_count{-1};
+static std::atomic<bool> g_count_fixed{false};
+
+void configure_device_count(int n) {
+  TORCH_CHECK(n >= 0 && n <= kMaxDevices, "device count ", n, " is outside 0..", kMaxDevices);
+  TORCH_CHECK(!g_count_fixed.load() || n == device_count(),
+              "the emulated device count is already fixed at ", static_cast<int>(device_count()));
+  g_configured_count.store(n);
+}
+
 c10::DeviceIndex device_count() {
   static const c10::DeviceIndex count = [] {
-    int n = 8;
-    if (const char* env = std::getenv("ASCEND_SHIM_SIM_DEVICES"); env && *env) n = std::atoi(env);
-    if (n < 0) n = 0;
-    if (n > kMaxDevices) n = kMaxDevices;
-    return static_cast<c10::DeviceIndex>(n);
+    g_count_fixed.store(true);
+    const int configured = g_configured_count.load();
+    return static_cast<c10::DeviceIndex>(configured >= 0 ? configured : 8);
   }();
   return count;
 }

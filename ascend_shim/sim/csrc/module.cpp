@@ -46,6 +46,7 @@ py::object default_generator(int64_t index) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ascend_shim sim: an emulated Ascend NPU on host memory (PrivateUse1)";
   m.def("device_count", [] { return static_cast<int64_t>(sim::device_count()); });
+  m.def("configure_device_count", [](int64_t n) { sim::configure_device_count(static_cast<int>(n)); });
   m.def("current_device", [] { return static_cast<int64_t>(sim::current_device()); });
   m.def("set_device", [](int64_t i) { sim::set_device(static_cast<c10::DeviceIndex>(i)); });
   m.def("exchange_device", [](int64_t i) {

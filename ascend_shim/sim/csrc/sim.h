@@ -26,6 +26,7 @@ constexpr int kMaxDevices = 64;
 
 // ---- devices -------------------------------------------------------------------------------------------------
 c10::DeviceIndex device_count();
+void configure_device_count(int n);  // before the first device_count()
 c10::DeviceIndex current_device();
 void set_device(c10::DeviceIndex index);  // validates the index
 void check_index(c10::DeviceIndex index);
