@@ -28,10 +28,14 @@ data_parallel = PatchSet(
 )
 
 
-def _has_cuda_comm() -> bool:
+def _needs_npu_path() -> None:
+    """Skip the patch (reported as not needed) on a CUDA build of torch: scatter/gather work there as they are."""
     import torch
 
-    return hasattr(torch._C, "_scatter")  # a CUDA build of torch: DataParallel works as it is
+    if hasattr(torch._C, "_scatter"):
+        from ascend_shim.errors import NotNeeded
+
+        raise NotNeeded("this torch build has CUDA's scatter/gather")
 
 
 def _single_npu(dp) -> bool:
@@ -73,10 +77,7 @@ def _too_many(report, patch_id: str, what: str, ids):
          "at construction, pointing to DDP under torchrun (reported); one NPU is accepted.",
     remove_when=REMOVE)
 def dp_init(ctx):
-    if _has_cuda_comm():
-        from ascend_shim.errors import NotNeeded
-
-        raise NotNeeded("this torch build has CUDA's scatter/gather")
+    _needs_npu_path()
     orig, report, pid = ctx.original, ctx.report, ctx.patch.id
 
     @functools.wraps(orig)
@@ -97,10 +98,7 @@ def dp_init(ctx):
          "directly, as DataParallel does on one GPU (reported).",
     remove_when=REMOVE)
 def dp_forward(ctx):
-    if _has_cuda_comm():
-        from ascend_shim.errors import NotNeeded
-
-        raise NotNeeded("this torch build has CUDA's scatter/gather")
+    _needs_npu_path()
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
@@ -131,10 +129,7 @@ def dp_forward(ctx):
          "more NPUs raise UnsupportedOnNPUError pointing to DDP under torchrun.",
     remove_when=REMOVE)
 def functional_data_parallel(ctx):
-    if _has_cuda_comm():
-        from ascend_shim.errors import NotNeeded
-
-        raise NotNeeded("this torch build has CUDA's scatter/gather")
+    _needs_npu_path()
     orig, report, pid = ctx.original, ctx.report, ctx.patch.id
 
     @functools.wraps(orig)
@@ -174,10 +169,7 @@ def _declare_comm(name: str) -> None:
              "collectives over hccl, or tensor.to(device) copies) (reported).",
         remove_when=REMOVE)
     def comm(ctx):
-        if _has_cuda_comm():
-            from ascend_shim.errors import NotNeeded
-
-            raise NotNeeded("this torch build has CUDA's comm kernels")
+        _needs_npu_path()
         from ascend_shim.errors import UnsupportedOnNPUError
 
         report, pid = ctx.report, ctx.patch.id
