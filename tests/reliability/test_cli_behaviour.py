@@ -1,0 +1,128 @@
+"""The CLI behaves like ``python`` (findings 8 and 9): what python accepts runs the same, what it rejects is one
+line; user tracebacks start at the user's frame under both entry points; the bootstrap is silent in pythons
+that cannot import ascend_shim."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(args, cwd, env=None, timeout=300):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "ascend_shim", *args], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# -- like python: what it accepts runs the same, what it rejects is one line ----------------------------------
+def _one_line(stderr):
+    lines = [ln for ln in stderr.strip().splitlines() if not ln.startswith("ascend_shim")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_run_directory_and_package_main_like_python(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(
+        "import os, sys\nprint('APP', __name__, __spec__.name, sys.argv, sys.path[0],"
+        " os.environ.get('DEV', 'npu') == 'cuda')\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__main__.py").write_text("import sys\nprint('PKG', __name__, __spec__.name, sys.argv)\n")
+    for args, plain_args in ((["app", "x"], ["app", "x"]), (["-m", "pkg", "y"], ["-m", "pkg", "y"])):
+        shim = run_cli(["run", "--simulate", "--log-level", "off", *args], cwd=tmp_path)
+        plain = subprocess.run([sys.executable, *plain_args], cwd=tmp_path, capture_output=True, text=True)
+        assert shim.returncode == plain.returncode == 0, shim.stderr
+        if args[0] == "app":  # same output, except that the directory's __main__ is user code: rewritten
+            assert shim.stdout.replace("True", "False") == plain.stdout.replace("True", "False")
+            assert shim.stdout.split()[-1] == "True" and plain.stdout.split()[-1] == "False"
+        else:
+            assert shim.stdout == plain.stdout
+
+
+def test_run_missing_module_is_one_line_exit_1(tmp_path):
+    proc = run_cli(["run", "--simulate", "-m", "no_such_module_xyz"], cwd=tmp_path)
+    plain = subprocess.run([sys.executable, "-m", "no_such_module_xyz"], capture_output=True, text=True)
+    assert proc.returncode == plain.returncode == 1
+    assert _one_line(proc.stderr) == "ascend-shim run: No module named no_such_module_xyz"
+    assert plain.stderr.strip().endswith(": No module named no_such_module_xyz")
+
+
+@pytest.mark.parametrize("source, needle", [
+    ("y = 1\n", "does not define patch sets"),
+    ("raise RuntimeError('broken on purpose')\n", "cannot import 'badpm': RuntimeError: broken on purpose"),
+    ("x = (\n", "cannot import 'badpm': SyntaxError"),
+])
+def test_bad_patch_modules_are_one_line_exit_2(tmp_path, source, needle):
+    (tmp_path / "badpm.py").write_text(source)
+    (tmp_path / "t.py").write_text("print('ran')\n")
+    proc = run_cli(["run", "--simulate", "--patch-modules", "badpm", "t.py"], cwd=tmp_path,
+                   env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2 and "ran" not in proc.stdout
+    line = _one_line(proc.stderr)
+    assert line.startswith("ascend-shim: error: ASCEND_SHIM_PATCH_MODULES") and needle in line, line
+
+
+UNSUPPORTED = '''\
+import torch
+
+
+def make():
+    return torch.cuda.jiterator._create_jit_fn("template <typename T> T f(T x) { return x; }")
+
+
+make()
+'''
+
+
+def _console_script(tmp_path):
+    script = tmp_path / "ascend-shim"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom ascend_shim.cli import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_user_traceback_starts_at_the_user_and_is_identical_for_both_entry_points(tmp_path):
+    (tmp_path / "uns.py").write_text(UNSUPPORTED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    as_module = run_cli(["run", "--simulate", "--log-level", "off", "uns.py"], cwd=tmp_path)
+    as_script = subprocess.run([_console_script(tmp_path), "run", "--simulate", "--log-level", "off", "uns.py"],
+                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert as_module.returncode == as_script.returncode == 1
+    assert as_module.stderr == as_script.stderr
+    lines = as_module.stderr.strip().splitlines()
+    frames = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
+    # the first frame is the user's, the last one the user's call: no runpy, CLI, rewrite or patch frames
+    assert frames == [f'File "{tmp_path}/uns.py", line 8, in <module>', f'File "{tmp_path}/uns.py", line 5, in make']
+    assert lines[-1].startswith("ascend_shim.errors.UnsupportedOnNPUError: torch.cuda.jiterator")
+
+
+def test_plain_exception_traceback_matches_python(tmp_path):
+    (tmp_path / "fail.py").write_text("def f():\n    return {}['k']\n\n\nf()\n")
+    shim = run_cli(["run", "--simulate", "--log-level", "off", "fail.py"], cwd=tmp_path)
+    plain = subprocess.run([sys.executable, "fail.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert shim.returncode == plain.returncode == 1
+    assert shim.stderr == plain.stderr
+
+
+def test_bootstrap_is_silent_where_ascend_shim_is_not_importable(tmp_path):
+    """A python of the job without the shim (here: a venv without system packages) stays quiet and still runs
+    the environment's own sitecustomize."""
+    import venv
+
+    from ascend_shim.activation import BOOTSTRAP_DIR
+
+    venv.create(tmp_path / "bare", with_pip=False, system_site_packages=False, symlinks=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = 'yes'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_SHIM", "PYTHON"))}
+    env.update({"ASCEND_SHIM": "1", "ASCEND_SHIM_BACKEND": "sim", "PYTHONPATH": os.pathsep.join([BOOTSTRAP_DIR,
+                                                                                                str(site)])})
+    proc = subprocess.run([str(tmp_path / "bare" / "bin" / "python"), "-c",
+                           "import os, importlib.util; print(importlib.util.find_spec('ascend_shim') is None, "
+                           "os.environ.get('USER_SITECUSTOMIZE_RAN'))"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.split() == ["True", "yes"]
