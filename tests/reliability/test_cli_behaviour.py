@@ -2,10 +2,14 @@
 line; user tracebacks start at the user's frame under both entry points; the bootstrap is silent in pythons
 that cannot import ascend_shim."""
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+
+import ascend_shim
+from ascend_shim.errors import ConfigError
 
 
 def run_cli(args, cwd, env=None, timeout=300):
@@ -126,3 +130,30 @@ def test_bootstrap_is_silent_where_ascend_shim_is_not_importable(tmp_path):
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert proc.stdout.split() == ["True", "yes"]
+
+
+# -- the Python API: a bad argument is a TypeError naming it ----------------------------------------------------
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"disable": 123}, "disable must be a comma-separated str or a list of str, not int"),
+    ({"only": [1, 2]}, "only must be a comma-separated str or a list of str, not list"),
+    ({"strict": "yes"}, "strict must be True or False, not str"),
+    ({"backend": 5}, "backend must be a str, not int"),
+    ({"report": 1.5}, "report must be a str, not float"),
+])
+def test_bad_api_arguments_name_the_argument(clean_shim, kwargs, needle):
+    with pytest.raises(TypeError, match=re.escape(needle)):
+        ascend_shim.activate(**kwargs)
+    assert not ascend_shim.is_active()
+
+
+@pytest.mark.parametrize("good", ["torch_cuda", "torch_cuda.*", "torch-cuda", "t?rch_cuda", "torch_[ab]uda"])
+def test_id_message_lists_only_accepted_characters(good):
+    """Every character class the message names is accepted by the parser, and a refused one is not named."""
+    from ascend_shim.config import _parse_list
+
+    assert _parse_list("ASCEND_SHIM_DISABLE", good) == (good,)
+    with pytest.raises(ConfigError) as info:
+        _parse_list("ASCEND_SHIM_DISABLE", "a!b")
+    msg = str(info.value)
+    for named in re.findall(r"'(.)'", msg.split(";", 1)[1]):
+        assert _parse_list("ASCEND_SHIM_DISABLE", f"a{named}b") == (f"a{named}b",), named
