@@ -1,6 +1,5 @@
 """Every environment toggle, every bad value, and the CLI's exit code 2 on them."""
 import importlib
-import re
 import os
 import subprocess
 import sys
