@@ -64,7 +64,7 @@ def _once_translated(report, api: str, detail: str) -> None:
                      "subclasses are never swapped.",
                 remove_when=REMOVE)
 def adamw(ctx):
-    from ._npu_fused_adamw import fused_adamw_class, params_of, why_not_fused
+    from ascend_shim.providers.fused_adamw import fused_adamw_class, params_of, why_not_fused
 
     orig, report = ctx.original, ctx.report
     sig = inspect.signature(orig.__init__)

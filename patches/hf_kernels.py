@@ -4,7 +4,7 @@
 machine that is a network round trip for a binary that cannot load. The FlashAttention-3 repositories that
 CUDA projects load this way (nanochat: ``get_kernel("varunneal/flash-attention-3").flash_attn_interface``,
 ``has_kernel("kernels-community/flash-attn3")``) are answered here, without any download, by
-``ascend_shim.patches.flash_attn.fa3``: the FA3 ``flash_attn_interface`` API on NPU fused attention.
+``ascend_shim.providers.flash_attn.fa3``: the FA3 ``flash_attn_interface`` API on NPU fused attention.
 Other repositories go to the real ``kernels`` functions untouched.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ascend_shim.registry import PatchSet
 #: hub repositories whose kernel is the FA3 ``flash_attn_interface`` API (what nanochat and others load)
 FA3_REPOS = ("varunneal/flash-attention-3", "kernels-community/flash-attn3")
 #: the module that implements the FA3 functions on the NPU (the flash_attn provider)
-FA3_PROVIDER = "ascend_shim.patches.flash_attn.fa3"
+FA3_PROVIDER = "ascend_shim.providers.flash_attn.fa3"
 
 hf_kernels = PatchSet(
     id="hf_kernels", title="kernels hub: FlashAttention-3 repositories answered by the NPU FA3 provider",

@@ -79,7 +79,7 @@ def training_args_post_init(ctx):
          "otherwise (e.g. bf16 params) torch.optim.AdamW without fused=True (reported as a fallback).",
     remove_when="transformers picks the NPU fused AdamW for adamw_torch_fused itself")
 def get_optimizer_cls_and_kwargs(ctx):
-    from ._npu_fused_adamw import fused_adamw_class, why_not_fused
+    from ascend_shim.providers.fused_adamw import fused_adamw_class, why_not_fused
 
     orig, report = ctx.original, ctx.report
 

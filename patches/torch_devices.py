@@ -12,7 +12,7 @@ import functools
 from ascend_shim.devices import translate
 from ascend_shim.registry import PatchSet
 
-from ._constructors import hook_constructor
+from ascend_shim.constructors import hook_constructor
 from ._wrappers import note, translate_arg, translate_kwargs
 
 REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"

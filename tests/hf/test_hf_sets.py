@@ -131,7 +131,7 @@ def test_npu_fused_adamw_wrapper_survives_set_to_none_zeroing():
     with its first captured gradients; the shim's subclass gives AdamW's weights."""
     import torch_npu
 
-    from ascend_shim.patches._npu_fused_adamw import fused_adamw_class
+    from ascend_shim.providers.fused_adamw import fused_adamw_class
 
     def module_zero(model, opt):
         model.zero_grad(set_to_none=True)

@@ -17,7 +17,7 @@ FIXTURE = os.path.join(HERE, "nanochat_like")
 NO_KERNELS = os.path.join(FIXTURE, "no_kernels")
 TRAIN = os.path.join(FIXTURE, "train.py")
 WEB = os.path.join(FIXTURE, "web.py")
-FA3 = "ascend_shim.patches.flash_attn.fa3"
+FA3 = "ascend_shim.providers.flash_attn.fa3"
 
 
 def _env(**extra):

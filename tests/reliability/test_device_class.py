@@ -255,7 +255,7 @@ def test_the_constructor_hook_on_another_c_type_and_what_it_refuses():
     import datetime
 
     from ascend_shim.errors import TargetMissing
-    from ascend_shim.patches._constructors import hook_constructor
+    from ascend_shim.constructors import hook_constructor
 
     cls = datetime.timedelta  # a static C type with its own constructor, as torch.device
 

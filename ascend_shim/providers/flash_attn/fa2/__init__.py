@@ -1,7 +1,7 @@
 """``flash_attn`` (FA2 API, 2.8.4) on the Ascend NPU: what ``import flash_attn`` gives while the shim is active.
 
 Same names, signatures, defaults and return conventions as flash-attention 2.8.4; see
-``ascend_shim.patches.flash_attn._npu`` for how each argument maps onto the NPU fused ops.
+``ascend_shim.providers.flash_attn._npu`` for how each argument maps onto the NPU fused ops.
 """
 __version__ = "2.8.4"
 

@@ -1,12 +1,13 @@
 """flash_attn on the NPU: the FA2 package and FA3's ``flash_attn_interface``, provided by the shim.
 
 ``flash-attn`` needs nvcc and CUDA; nothing of it installs on an Ascend machine. While the shim is active and the
-real distribution is absent, ``import flash_attn`` yields :mod:`ascend_shim.patches.flash_attn.fa2` and
-``import flash_attn_interface`` yields :mod:`ascend_shim.patches.flash_attn.fa3`; ``importlib.metadata`` reports
+real distribution is absent, ``import flash_attn`` yields :mod:`ascend_shim.providers.flash_attn.fa2` and
+``import flash_attn_interface`` yields :mod:`ascend_shim.providers.flash_attn.fa3`; ``importlib.metadata`` reports
 ``flash_attn`` 2.8.4 and ``flash_attn_3`` 3.0.0 (the names and versions of the real wheels), so version checks
 pass. Both are backed by ``torch_npu.npu_fusion_attention`` (training, autograd) and
 ``npu_fused_infer_attention_score`` (``flash_attn_with_kvcache``), with flash-attn's exact semantics; see
-``_npu.py`` for the mapping and ``_reference.py`` for what falls back to exact plain-torch attention.
+``ascend_shim/providers/flash_attn/_npu.py`` for the mapping and ``_reference.py`` for what falls back to exact
+plain-torch attention.
 
 An installed ``flash-attn-npu`` (a third-party Ascend build of the FA2 API) is preferred: if it installs a
 ``flash_attn`` module itself nothing is provided, otherwise ``flash_attn`` is aliased to its module. Either way
@@ -20,7 +21,7 @@ from ascend_shim.registry import PatchSet
 
 FA2_VERSION = "2.8.4"  # flash-attention @ 0251105, flash_attn/__init__.py
 FA3_VERSION = "3.0.0"  # hopper/__init__.py; the wheel is named flash_attn_3, its module flash_attn_interface
-PROVIDER = "ascend_shim.patches.flash_attn"
+PROVIDER = "ascend_shim.providers.flash_attn"
 REMOVE = "flash-attn (or an official Ascend build of its API) installs and runs on Ascend NPUs"
 
 flash_attn = PatchSet(

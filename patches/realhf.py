@@ -28,7 +28,7 @@ import sys
 
 from ascend_shim.registry import PatchSet
 
-from .._projects import gate
+from ._projects import gate
 
 REMOVE = "realhf is no longer used (AReaL main has no realhf since 2026-01-07)"
 SPEC = ">=0.3.0.dev0,<0.4"
@@ -59,7 +59,7 @@ def provide_pynvml(ctx):
         # imported before realhf: later `import pynvml` statements must get the NPU answer too
         del sys.modules["pynvml"]
         ctx.on_undo(lambda: sys.modules.__setitem__("pynvml", real))
-    ctx.provide_module("pynvml", f"{__name__}.pynvml")
+    ctx.provide_module("pynvml", "ascend_shim.providers.pynvml")
 
 
 @realhf.patch("realhf.api.cli_args:GenerationHyperparameters.__post_init__", id="realhf.no_cuda_graph",
