@@ -1,8 +1,10 @@
-"""Build and load the emulator's C++ extension (``csrc/*.cpp``).
+"""Build and load the emulator's C++ extensions (sources under ``csrc/``).
 
-The first use compiles the sources with ``torch.utils.cpp_extension.load`` into a cache directory keyed by the
-torch version, the Python ABI and a hash of the sources and flags. Later processes (every rank under torchrun)
-import the cached ``.so`` directly, with no ninja run. Concurrent first builds serialize on a file lock.
+Two extensions: :data:`SIM`, the PrivateUse1 device (``csrc/*.cpp``), and :data:`HCCL`, the ``hccl``
+process-group backend (``csrc/hccl/``). The first use compiles an extension with
+``torch.utils.cpp_extension.load`` (which needs ``ninja``) into a cache directory keyed by the torch version,
+the Python ABI and a hash of the sources and flags. Later processes (every rank under torchrun) import the cached
+``.so`` directly, with no ninja run. Concurrent first builds serialize on a file lock.
 
 Environment:
     ASCEND_SHIM_SIM_BUILD_DIR      root of the build cache (default ``~/.cache/ascend_shim/sim``)
@@ -10,6 +12,7 @@ Environment:
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import importlib.util
@@ -24,30 +27,42 @@ import torch
 
 from ..config import setting as _setting
 
-MODULE_NAME = "_ascend_shim_sim"
-SOURCES = ("device.cpp", "kernels.cpp", "nn.cpp", "autocast.cpp", "module.cpp")
-HEADERS = ("sim.h",)
-CFLAGS = ("-O2",)
 _BUILD_RECIPE = "1"  # bump when the build logic changes in a way the sources do not show
 
-_lock = threading.Lock()
-_module: ModuleType | None = None
+
+@dataclasses.dataclass(frozen=True)
+class Extension:
+    """One C++ extension: its module name, its sources and headers (relative to ``csrc/``) and compiler flags."""
+
+    name: str
+    sources: tuple[str, ...]
+    headers: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ("-O2",)
+    key_prefix: str = ""  # tells the cache directories of different extensions apart
+
+
+SIM = Extension("_ascend_shim_sim", ("device.cpp", "kernels.cpp", "nn.cpp", "autocast.cpp", "module.cpp"),
+                headers=("sim.h",))
+HCCL = Extension("_ascend_shim_sim_hccl", ("hccl/process_group_hccl.cpp",), cflags=("-O1",), key_prefix="hccl-")
+
+_modules: dict[str, ModuleType] = {}
+_locks = {ext.name: threading.Lock() for ext in (SIM, HCCL)}  # one each: a long hccl build must not block SIM
 
 
 def _csrc() -> Path:
     return Path(__file__).with_name("csrc")
 
 
-def cache_key() -> str:
+def cache_key(ext: Extension = SIM) -> str:
     """Identifies one build: torch version, Python ABI, recipe, flags and source contents."""
     digest = hashlib.sha256()
     for part in (torch.__version__, sysconfig.get_config_var("EXT_SUFFIX") or sys.version, _BUILD_RECIPE,
-                 " ".join(CFLAGS)):
+                 " ".join(ext.cflags)):
         digest.update(part.encode() + b"\0")
-    for name in sorted(SOURCES + HEADERS):
+    for name in sorted(ext.sources + ext.headers):
         digest.update(name.encode() + b"\0" + (_csrc() / name).read_bytes() + b"\0")
     torch_tag = torch.__version__.replace("+", "_")
-    return f"torch{torch_tag}-{digest.hexdigest()[:16]}"
+    return f"{ext.key_prefix}torch{torch_tag}-{digest.hexdigest()[:16]}"
 
 
 def cache_root() -> Path:
@@ -55,11 +70,11 @@ def cache_root() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "ascend_shim" / "sim"
 
 
-def build_dir() -> Path:
-    return cache_root() / cache_key()
+def build_dir(ext: Extension = SIM) -> Path:
+    return cache_root() / cache_key(ext)
 
 
-def _import_built(so_path: Path, name: str = MODULE_NAME) -> ModuleType:
+def _import_built(so_path: Path, name: str = SIM.name) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, so_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -82,26 +97,28 @@ def load_or_build(name: str, directory: Path, build: Callable[[Path], ModuleType
     return _import_built(so_path, name)
 
 
-def _build(directory: Path) -> ModuleType:
+def _build(ext: Extension, directory: Path, verbose: bool) -> ModuleType:
     from torch.utils import cpp_extension
 
     # torch's own baton file is left behind if a build is killed; our flock is held, so it is stale.
     (directory / "lock").unlink(missing_ok=True)
     return cpp_extension.load(
-        name=MODULE_NAME,
-        sources=[str(_csrc() / name) for name in SOURCES],
-        extra_cflags=list(CFLAGS),
+        name=ext.name,
+        sources=[str(_csrc() / name) for name in ext.sources],
+        extra_cflags=list(ext.cflags),
         build_directory=str(directory),
-        verbose=_setting("sim_build_verbose"),
+        verbose=verbose,
     )
 
 
-def load() -> ModuleType:
-    """The native module, built on first use and cached on disk."""
-    global _module
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is None:
-            _module = load_or_build(MODULE_NAME, build_dir(), lambda directory: _build(directory))
-        return _module
+def load(ext: Extension = SIM, verbose: bool = False) -> ModuleType:
+    """The native module of ``ext``, built on first use and cached on disk."""
+    module = _modules.get(ext.name)
+    if module is not None:
+        return module
+    with _locks[ext.name]:
+        if ext.name not in _modules:
+            verbose = verbose or _setting("sim_build_verbose")
+            _modules[ext.name] = load_or_build(ext.name, build_dir(ext),
+                                               lambda directory: _build(ext, directory, verbose))
+        return _modules[ext.name]

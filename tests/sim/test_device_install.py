@@ -90,7 +90,21 @@ def test_cache_key_tracks_sources_and_the_build_dir_is_overridable(monkeypatch, 
     (copy / "nn.cpp").write_text((copy / "nn.cpp").read_text() + "\n// edited\n")
     monkeypatch.setattr(_extension, "_csrc", lambda: copy)
     assert _extension.cache_key() != key
-    assert all((_extension.Path(_extension.__file__).with_name("csrc") / n).exists() for n in _extension.SOURCES)
+    assert all((_extension.Path(_extension.__file__).with_name("csrc") / n).exists() for n in _extension.SIM.sources)
+
+
+def test_each_extension_has_its_own_cache_key_tracking_only_its_sources(monkeypatch, tmp_path):
+    from ascend_shim.sim import _extension
+
+    sim_key, hccl_key = _extension.cache_key(_extension.SIM), _extension.cache_key(_extension.HCCL)
+    assert hccl_key.startswith("hccl-torch") and sim_key != hccl_key
+    copy = tmp_path / "csrc"
+    shutil.copytree(_extension._csrc(), copy)
+    source = copy / _extension.HCCL.sources[0]
+    source.write_text(source.read_text() + "\n// edited\n")
+    monkeypatch.setattr(_extension, "_csrc", lambda: copy)
+    assert _extension.cache_key(_extension.HCCL) != hccl_key
+    assert _extension.cache_key(_extension.SIM) == sim_key
 
 
 def test_cached_extension_loads_without_a_build_and_honours_the_device_count():
@@ -126,18 +140,18 @@ def test_cached_extension_loads_without_a_build_and_honours_the_device_count():
 def test_concurrent_first_builds_serialize_on_the_lock(sim, tmp_path):
     from ascend_shim.sim import _extension
 
-    real_so = _extension.build_dir() / f"{_extension.MODULE_NAME}.so"
+    real_so = _extension.build_dir() / f"{_extension.SIM.name}.so"
     assert real_so.exists()
     log = tmp_path / "builds.log"
     child = f"""
         import os, shutil, sys, time
         import torch
         from ascend_shim.sim import _extension
-        def fake_build(directory):  # stands in for the compiler: slow, then produces the .so
+        def fake_build(ext, directory, verbose):  # stands in for the compiler: slow, then produces the .so
             with open({str(log)!r}, "a") as f:
                 f.write(f"start {{os.getpid()}}\\n")
             time.sleep(1.5)
-            target = directory / (_extension.MODULE_NAME + ".so")
+            target = directory / (ext.name + ".so")
             shutil.copy({str(real_so)!r}, str(target) + ".tmp")
             os.replace(str(target) + ".tmp", target)
             with open({str(log)!r}, "a") as f:

@@ -9,7 +9,7 @@ so ``Backend.default_device_backend_map["npu"] == "hccl"``, ``init_process_group
 backend (the accelerator is npu), ``init_process_group("hccl")``, ``"cpu:gloo,npu:hccl"`` and
 ``device_id=torch.device("npu", i)`` resolve as on torch_npu; and it adds
 ``torch.distributed.is_hccl_available``. The factory returns a C++ ``c10d::Backend``
-(``ProcessGroupHCCL``, see ``_cpp.py``) whose collectives run ``_impl.HcclSim``: torch_npu 2.13's
+(``ProcessGroupHCCL``, see ``csrc/hccl/``) whose collectives run ``_impl.HcclSim``: torch_npu 2.13's
 ProcessGroupHCCL checks and error texts, then the data movement through an internal gloo group on
 CPU views of the npu tensors.
 
@@ -65,9 +65,11 @@ class Options:
 
 def build(verbose: bool = False):
     """Compile (first time on a machine) and load the C++ backend; returns its module."""
-    from . import _cpp
+    import torch.distributed  # noqa: F401  (registers the c10d pybind types the module derives from)
 
-    mod = _cpp.load(verbose=verbose)
+    from .. import _extension
+
+    mod = _extension.load(_extension.HCCL, verbose=verbose)
     if mod.ProcessGroupHCCL.__dict__.get("Options") is not Options:  # not the inherited Backend.Options
         try:
             mod.ProcessGroupHCCL.Options = Options

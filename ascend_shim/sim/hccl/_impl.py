@@ -1,7 +1,7 @@
 """Python half of the emulated ``hccl`` backend: HCCL's checks, then the collective through gloo.
 
 One ``HcclSim`` per process group and device backend. Each method is called by the C++
-``ProcessGroupHCCL`` (``_cpp.py``) with the GIL held. Collectives run to completion (the emulated
+``ProcessGroupHCCL`` (``csrc/hccl/``) with the GIL held. Collectives run to completion (the emulated
 device is synchronous, so a finished collective is what the stream order of real HCCL guarantees by
 the time anything reads the result) and return None, which the C++ side turns into a completed
 ``Work``. Point-to-point operations (send/recv) return a ``_Pending`` instead: the peer may post its

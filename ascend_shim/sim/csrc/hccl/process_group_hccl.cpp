@@ -1,31 +1,17 @@
-"""The C++ half of the emulated ``hccl`` backend: a ``c10d::Backend`` subclass that forwards to Python.
-
-torch 2.13 cannot subclass ``torch._C._distributed_c10d.Backend`` from Python (it has no bound
-constructor), and a Python ``ProcessGroup`` returned by a backend factory *replaces* the whole
-process group (``_new_process_group_helper``: "the old behavior for PythonProcessGroups"), which
-loses the ``cpu:gloo,npu:hccl`` split, ``pg._get_backend(npu)`` and ``pg._device_types``. Real
-torch_npu returns a C++ ``ProcessGroupHCCL`` (a ``c10d::Backend``), so this one is C++ too: every
-virtual collective takes the GIL and calls the same-named method of a Python object
-(``ascend_shim.sim.hccl._impl.HcclSim``) with the tensors and the options flattened to plain
-values, then returns a completed ``Work`` whose future holds the output tensors, as NCCL/HCCL works
-do. Python exceptions come back as the c10 error of the same kind (RuntimeError / ValueError /
-TypeError / DistBackendError) so that callers in C++ (DDP's reducer, functional collectives) and in
-Python see what real ProcessGroupHCCL's ``TORCH_CHECK`` would raise.
-
-The source is kept in this module (not a ``.cpp`` file) so that it ships with the package without
-package-data rules. It is built once per machine and source version into the emulator's build cache
-(the same cache and locking scheme as ``ascend_shim.sim._extension``); later processes import the
-cached ``.so`` directly.
-"""
-from __future__ import annotations
-
-import hashlib
-import sys
-import sysconfig
-import threading
-from pathlib import Path
-
-CPP_SOURCE = r"""
+// The C++ half of the emulated ``hccl`` backend: a c10d::Backend subclass that forwards to Python.
+//
+// torch 2.13 cannot subclass torch._C._distributed_c10d.Backend from Python (it has no bound constructor), and a
+// Python ProcessGroup returned by a backend factory *replaces* the whole process group
+// (_new_process_group_helper: "the old behavior for PythonProcessGroups"), which loses the cpu:gloo,npu:hccl
+// split, pg._get_backend(npu) and pg._device_types. Real torch_npu returns a C++ ProcessGroupHCCL (a
+// c10d::Backend), so this one is C++ too: every virtual collective takes the GIL and calls the same-named method
+// of a Python object (ascend_shim.sim.hccl._impl.HcclSim) with the tensors and the options flattened to plain
+// values, then returns a completed Work whose future holds the output tensors, as NCCL/HCCL works do. Python
+// exceptions come back as the c10 error of the same kind (RuntimeError / ValueError / TypeError /
+// DistBackendError) so that callers in C++ (DDP's reducer, functional collectives) and in Python see what real
+// ProcessGroupHCCL's TORCH_CHECK would raise.
+//
+// Built on first use by ascend_shim.sim._extension (extension HCCL), cached like the emulator's own extension.
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -499,67 +485,3 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("op_type"), py::arg("tensors"), py::arg("remote_rank_list"),
            py::call_guard<py::gil_scoped_release>());
 }
-"""
-
-MODULE_NAME = "_ascend_shim_sim_hccl"
-CFLAGS = ("-O1",)
-_BUILD_RECIPE = "1"  # bump when the build logic changes in a way the source does not show
-
-_lock = threading.Lock()
-_module = None
-
-
-def cache_key() -> str:
-    """One build: torch version, Python ABI, recipe, flags and the source."""
-    import torch
-
-    digest = hashlib.sha256()
-    for part in (torch.__version__, sysconfig.get_config_var("EXT_SUFFIX") or sys.version, _BUILD_RECIPE,
-                 " ".join(CFLAGS), CPP_SOURCE):
-        digest.update(part.encode() + b"\0")
-    return f"hccl-torch{torch.__version__.replace('+', '_')}-{digest.hexdigest()[:16]}"
-
-
-def build_dir() -> Path:
-    """Under the emulator's build cache (``ASCEND_SHIM_SIM_BUILD_DIR``, default ``~/.cache/ascend_shim/sim``)."""
-    from .._extension import cache_root
-
-    return cache_root() / cache_key()
-
-
-def _build(directory: Path, verbose: bool):
-    from torch.utils import cpp_extension
-
-    source = directory / "process_group_hccl_sim.cpp"
-    source.write_text(CPP_SOURCE)
-    # torch's baton file is left behind if a build is killed; our flock is held, so it is stale.
-    (directory / "lock").unlink(missing_ok=True)
-    return cpp_extension.load(
-        name=MODULE_NAME,
-        sources=[str(source)],
-        extra_cflags=list(CFLAGS),
-        build_directory=str(directory),
-        verbose=verbose,
-    )
-
-
-def load(verbose: bool = False):
-    """The extension module: compiled on first use on a machine (~20-60 s), then imported from the cache.
-
-    Concurrent first builds (every rank under torchrun) serialize on a file lock.
-    """
-    global _module
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is not None:
-            return _module
-        import torch.distributed  # noqa: F401  (registers the c10d pybind types the module derives from)
-
-        from .._extension import load_or_build
-
-        from ...config import setting
-
-        verbose = verbose or setting("sim_build_verbose")
-        _module = load_or_build(MODULE_NAME, build_dir(), lambda directory: _build(directory, verbose))
-        return _module
