@@ -16,6 +16,8 @@ import dataclasses
 import fcntl
 import hashlib
 import importlib.util
+import os
+import shutil
 import sys
 import sysconfig
 import threading
@@ -97,18 +99,46 @@ def load_or_build(name: str, directory: Path, build: Callable[[Path], ModuleType
     return _import_built(so_path, name)
 
 
+def _ninja_dir() -> str | None:
+    """Where ``ninja`` is, if not on PATH: the ``ninja`` wheel (the ``sim`` extra) puts it in the environment's
+    ``bin`` directory, which is not on PATH when that environment's python runs without being activated."""
+    if shutil.which("ninja"):
+        return None
+    try:
+        import ninja
+    except ImportError:
+        ninja = None
+    bin_dir = getattr(ninja, "BIN_DIR", None)
+    if not bin_dir or not shutil.which("ninja", path=bin_dir):
+        from ..errors import ShimError
+
+        raise ShimError("the simulated NPU is compiled on first use, which needs ninja and a C++ compiler; ninja "
+                        "is not installed. Install it with: pip install 'ascend-shim[sim]' (or: pip install ninja)")
+    return bin_dir
+
+
 def _build(ext: Extension, directory: Path, verbose: bool) -> ModuleType:
     from torch.utils import cpp_extension
 
     # torch's own baton file is left behind if a build is killed; our flock is held, so it is stale.
     (directory / "lock").unlink(missing_ok=True)
-    return cpp_extension.load(
-        name=ext.name,
-        sources=[str(_csrc() / name) for name in ext.sources],
-        extra_cflags=list(ext.cflags),
-        build_directory=str(directory),
-        verbose=verbose,
-    )
+    ninja_dir, path = _ninja_dir(), os.environ.get("PATH")
+    if ninja_dir:  # torch runs `ninja` from PATH
+        os.environ["PATH"] = ninja_dir + os.pathsep + (path or "")
+    try:
+        return cpp_extension.load(
+            name=ext.name,
+            sources=[str(_csrc() / name) for name in ext.sources],
+            extra_cflags=list(ext.cflags),
+            build_directory=str(directory),
+            verbose=verbose,
+        )
+    finally:
+        if ninja_dir:
+            if path is None:
+                os.environ.pop("PATH", None)
+            else:
+                os.environ["PATH"] = path
 
 
 def load(ext: Extension = SIM, verbose: bool = False) -> ModuleType:

@@ -51,3 +51,33 @@ def test_every_extension_source_is_package_data():
             path = f"csrc/{name}"
             assert (REPO / "ascend_shim" / "sim" / path).is_file(), path
             assert _shipped_as_data(path, "ascend_shim.sim"), path
+
+
+def _imported_top_level_names() -> set[str]:
+    import ast
+
+    names = set()
+    for top in (REPO / "ascend_shim", REPO / "patches"):
+        for path in top.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names.add(node.module.split(".")[0])
+    return names
+
+
+def test_every_declared_dependency_is_imported():
+    """Declared and never imported is a defect: each runtime dependency and each extra but ``test`` is used."""
+    import re
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"])
+    for extra, requirements in project["optional-dependencies"].items():
+        if extra != "test":
+            declared += requirements
+    imported = _imported_top_level_names()
+    unused = [r for r in declared if re.sub(r"[-.]", "_", Requirement(r).name.lower()) not in imported]
+    assert unused == []

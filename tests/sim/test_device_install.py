@@ -247,3 +247,43 @@ def test_visible_devices_narrow_the_emulated_ones_as_on_the_runtime(visible, exp
     """, env_extra={"ASCEND_RT_VISIBLE_DEVICES": visible})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == expected
+
+
+def _fake_ninja_module(monkeypatch, bin_dir):
+    import types
+
+    monkeypatch.setitem(sys.modules, "ninja", types.SimpleNamespace(BIN_DIR=str(bin_dir)))
+
+
+def test_a_build_finds_the_ninja_wheel_off_path_and_restores_path(monkeypatch, tmp_path):
+    """An environment's python run without activating it: its ninja wheel's bin directory is not on PATH."""
+    import torch.utils.cpp_extension as cpp
+
+    from ascend_shim.sim import _extension
+
+    wheel_bin, empty = tmp_path / "venv-bin", tmp_path / "empty"
+    wheel_bin.mkdir(), empty.mkdir()
+    (wheel_bin / "ninja").write_text("#!/bin/sh\necho 1.13.2\n")
+    (wheel_bin / "ninja").chmod(0o755)
+    _fake_ninja_module(monkeypatch, wheel_bin)
+    monkeypatch.setenv("PATH", str(empty))
+    seen = []
+    monkeypatch.setattr(cpp, "load", lambda **kw: seen.append((os.environ["PATH"], kw["name"])) or "built")
+    build = tmp_path / "build"
+    build.mkdir()
+    assert _extension._build(_extension.HCCL, build, verbose=False) == "built"
+    assert seen == [(f"{wheel_bin}{os.pathsep}{empty}", "_ascend_shim_sim_hccl")]
+    assert os.environ["PATH"] == str(empty)
+
+
+def test_a_build_without_ninja_names_the_install_command(monkeypatch, tmp_path):
+    import torch.utils.cpp_extension as cpp
+
+    from ascend_shim.errors import ShimError
+    from ascend_shim.sim import _extension
+
+    _fake_ninja_module(monkeypatch, tmp_path)  # a directory without ninja in it
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(cpp, "load", lambda **kw: pytest.fail("must not start a build without ninja"))
+    with pytest.raises(ShimError, match=r"pip install 'ascend-shim\[sim\]'"):
+        _extension._build(_extension.SIM, tmp_path, verbose=False)
