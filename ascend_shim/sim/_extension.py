@@ -143,9 +143,10 @@ def _build(ext: Extension, directory: Path, verbose: bool) -> ModuleType:
 
 def load(ext: Extension = SIM, verbose: bool = False) -> ModuleType:
     """The native module of ``ext``, built on first use and cached on disk."""
-    module = _modules.get(ext.name)
-    if module is not None:
-        return module
+    try:  # the hit path: the emulator's Python ops call this per tensor
+        return _modules[ext.name]
+    except KeyError:
+        pass
     with _locks[ext.name]:
         if ext.name not in _modules:
             verbose = verbose or _setting("sim_build_verbose")
