@@ -2,7 +2,8 @@
 
 Calls are deduplicated by call site: the first frame outside ascend_shim, torch and a few stdlib wrappers,
 i.e. the line of the user's (or a library's) code that made the CUDA call. Recording is cheap enough for hot
-paths: one frame walk (cached per code object) and a dict update.
+paths: the first call at a site walks the frames and formats the detail once; every later call there is a
+dictionary hit in a per-thread table keyed on the calling code object and instruction offset (:meth:`seen`).
 
 Each process keeps its own report; at exit rank 0 (or the root process) prints a one-screen summary, and with
 ``ASCEND_SHIM_REPORT=path`` every process writes JSON (``path`` for the root process, ``stem.rank<R>.json``
@@ -46,6 +47,8 @@ class Report:
         self._lock = threading.Lock()
         self._internal: dict = {}  # code object -> is it internal?
         self._prefixes: tuple[str, ...] | None = None
+        self._local = threading.local()  # .seen: this thread's {fast key: [count, event key]}
+        self._seen_tables: list[dict] = []  # every thread's .seen, merged when the report is read
         self.reset()
 
     def reset(self):
@@ -55,6 +58,8 @@ class Report:
             self.sets: dict[str, dict] = {}
             self.patches: dict[str, dict] = {}
             self._events: dict[tuple, list] = {}  # (category, api, detail, code, line) -> [count]
+            for table in self._seen_tables:
+                table.clear()
             self.notes: list[str] = []
 
     # -- what the registry records ---------------------------------------------------------------------------
@@ -70,11 +75,13 @@ class Report:
             }
 
     # -- what patches record while the program runs ----------------------------------------------------------
-    def event(self, category: str, api: str, detail: str = "", *, site: tuple | None = None, frame=None):
+    def event(self, category: str, api: str, detail: str = "", *, site: tuple | None = None, frame=None,
+              seen_as=None):
         """Count one call of ``api`` at the caller's user-code site; ``detail`` says what it became.
 
         ``frame``: where to start looking for the user's frame (hot-path wrappers pass their caller's).
         The hot path stores (code object, instruction offset); line numbers are worked out when reading.
+        ``seen_as``: a fast key under which later calls at this site are counted by :meth:`seen`.
         """
         key = (category, api, detail) + (site if site is not None else
                                          self._call_site(frame or sys._getframe(1)))
@@ -84,6 +91,30 @@ class Report:
                 slot = self._events.setdefault(key, [0])
         with self._lock:
             slot[0] += 1
+        if seen_as is not None:
+            self._seen_table()[seen_as] = [0, key]
+
+    def seen(self, key) -> bool:
+        """Count one more call under ``key`` if an :meth:`event` registered it (``seen_as``) in this thread.
+
+        ``key`` is built by the caller without formatting, e.g. (calling code, instruction offset, api, value);
+        an unhashable key raises ``TypeError`` (the caller then records through :meth:`event`).
+        """
+        try:
+            slot = self._local.seen[key]
+        except (KeyError, AttributeError):
+            return False
+        slot[0] += 1
+        return True
+
+    def _seen_table(self) -> dict:
+        try:
+            return self._local.seen
+        except AttributeError:
+            table = self._local.seen = {}
+            with self._lock:
+                self._seen_tables.append(table)
+            return table
 
     def translated(self, api: str, became: str):
         self.event("translated", api, became)
@@ -127,14 +158,17 @@ class Report:
     def events(self) -> list[dict]:
         """Events merged per (category, api, detail, file, line), sorted."""
         with self._lock:
-            items = list(self._events.items())
+            counts = {key: n[0] for key, n in self._events.items()}
+            for table in self._seen_tables:
+                for n, key in list(table.values()):
+                    counts[key] = counts.get(key, 0) + n
         merged: dict[tuple, int] = {}
-        for (c, a, d, where, pos), n in items:
+        for (c, a, d, where, pos), n in counts.items():
             if isinstance(where, str):
                 k = (c, a, d, where, pos)
             else:
                 k = (c, a, d, where.co_filename, _line_of(where, pos))
-            merged[k] = merged.get(k, 0) + n[0]
+            merged[k] = merged.get(k, 0) + n
         out = [{"category": c, "api": a, "detail": d, "file": f, "line": ln, "count": n}
                for (c, a, d, f, ln), n in merged.items()]
         return sorted(out, key=_event_order)

@@ -1,63 +1,64 @@
-"""Wrapper builders shared by the patch sets: translate device-valued arguments, record each translation.
+"""Wrapper builders shared by the patch sets: translate a device-valued argument, record each translation.
 
-Wrappers are plain ``functools.wraps`` closures (cheaper than wrapt proxies, picklable by reference,
-understood by dynamo). The untranslated path does one keyword lookup and one ``type()`` check.
+Wrappers are plain ``functools.wraps`` closures (cheap, picklable by reference, understood by dynamo). Where
+the argument sits is bound by name from the original once, at patch time (:mod:`ascend_shim.binding`), and
+the wrapper is specialised to it: a keyword-only argument costs a call without keywords nothing but the
+``if kwargs`` test. Recording a translation is a dictionary hit after the first call at a site.
 """
 from __future__ import annotations
 
 import functools
 import sys
 
+from ascend_shim.binding import KEYWORD_ONLY, bind
 from ascend_shim.devices import describe, translate
 from ascend_shim.report import REPORT
 
 
-@functools.lru_cache(maxsize=512)
-def _detail(name: str, old, new) -> str:
-    return f"{name}={describe(old)} -> {describe(new)}"
-
-
 def note(api: str, name: str, old, new) -> None:
     """Record one translation at the user's call site (the search starts at the wrapper's caller)."""
+    frame = sys._getframe(2)
+    key = (frame.f_code, frame.f_lasti, api, old)
     try:
-        detail = _detail(name, old, new)
-    except TypeError:  # unhashable (a map_location dict)
-        detail = _detail.__wrapped__(name, old, new)
-    REPORT.event("translated", api, detail, frame=sys._getframe(2))
+        if REPORT.seen(key):
+            return
+    except TypeError:  # an unhashable value (a list of devices, a map_location dict)
+        key = None
+    REPORT.event("translated", api, f"{name}={describe(old)} -> {describe(new)}", frame=frame, seen_as=key)
 
 
-def translate_kwargs(orig, api: str, names=("device",), ints: bool = False):
-    """Wrap ``orig`` so that the keyword arguments ``names`` are translated when they name a CUDA device."""
-    if names == ("device",):
-        @functools.wraps(orig)
-        def wrapper(*args, device=None, **kwargs):
-            if device is None:
-                return orig(*args, **kwargs)
-            new = translate(device, ints=ints)
-            if new is not device:
-                note(api, "device", device, new)
-            return orig(*args, device=new, **kwargs)
-    else:
-        @functools.wraps(orig)
-        def wrapper(*args, **kwargs):
-            for key in names:
-                value = kwargs.get(key)
-                if value is not None:
-                    new = translate(value, ints=ints)
-                    if new is not value:
-                        kwargs[key] = new
-                        note(api, key, value, new)
+def translate_device(orig, api: str, name: str = "device", *, ints: bool = True):
+    """Wrap ``orig`` so that its argument ``name``, given by position or keyword, is translated.
+
+    ``ints``: a bare int is a CUDA index there (``x.to(0)``). An omitted argument whose default is a CUDA
+    device (``GradScaler(device="cuda")``) is translated too.
+    """
+    binding = bind(orig, name, api)
+    default = binding.default
+    omitted = translate(default, ints=ints) if default is not None else None
+    if binding.position is KEYWORD_ONLY and (omitted is None or omitted is default):
+        return _keyword_wrapper(orig, api, name, ints)
+    return _positional_wrapper(orig, api, name, binding.index, ints,
+                               default if omitted is not default else None, omitted)
+
+
+def _keyword_wrapper(orig, api, name, ints):
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        if kwargs:
+            value = kwargs.get(name)
+            if value is not None:
+                new = translate(value, ints=ints)
+                if new is not value:
+                    kwargs[name] = new
+                    note(api, name, value, new)
             return orig(*args, **kwargs)
+        return orig(*args)
+
     return wrapper
 
 
-def translate_arg(orig, api: str, position: int, name: str = "device", ints: bool = True, default=None):
-    """Wrap ``orig`` whose device is the positional argument ``position`` or the keyword ``name``.
-
-    ``default`` is what an omitted argument means to the original (e.g. ``"cuda"`` for ``GradScaler``),
-    so an omitted CUDA default is translated too.
-    """
-
+def _positional_wrapper(orig, api, name, position, ints, default, omitted):
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         if len(args) > position:
@@ -73,10 +74,8 @@ def translate_arg(orig, api: str, position: int, name: str = "device", ints: boo
                 kwargs[name] = new
                 note(api, name, value, new)
         elif default is not None:
-            new = translate(default, ints=ints)
-            if new is not default:
-                kwargs[name] = new
-                note(api, name, default, new)
+            kwargs[name] = omitted
+            note(api, name, default, omitted)
         return orig(*args, **kwargs)
 
     return wrapper

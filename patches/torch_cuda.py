@@ -19,7 +19,7 @@ import types
 
 from ascend_shim.registry import PatchSet
 
-from ._wrappers import note, translate_arg
+from ._wrappers import note, translate_device
 
 REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
 cuda = PatchSet(
@@ -29,6 +29,7 @@ cuda = PatchSet(
 
 # same semantics on torch.npu, no device argument
 ALIASES = ("current_device", "device", "device_of", "empty_cache", "init", "initial_seed", "ipc_collect",
+           "memory_snapshot",
            "is_initialized", "is_bf16_supported", "manual_seed", "manual_seed_all", "seed", "seed_all",
            "get_rng_state_all", "set_rng_state_all", "set_stream", "stream", "StreamContext", "Event",
            "ExternalStream", "MemPool", "use_mem_pool", "get_allocator_backend", "caching_allocator_alloc",
@@ -36,15 +37,17 @@ ALIASES = ("current_device", "device", "device_of", "empty_cache", "init", "init
            "graph_pool_handle", "make_graphed_callables", "host_memory_stats", "host_memory_stats_as_nested_dict",
            "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats", "get_sync_debug_mode",
            "set_sync_debug_mode", "change_current_allocator")
-# npu function whose device argument (position, name) may be a CUDA device
+# npu functions with a device argument that may be a CUDA device: the argument's name (its position is read
+# from the function itself when the patch applies)
 DEVICE_ARG = {
-    "set_device": 0, "synchronize": 0, "get_device_name": 0, "mem_get_info": 0, "memory_stats": 0,
-    "memory_stats_as_nested_dict": 0, "memory_summary": 0, "memory_snapshot": None, "memory_allocated": 0,
-    "max_memory_allocated": 0, "memory_reserved": 0, "max_memory_reserved": 0, "memory_cached": 0,
-    "max_memory_cached": 0, "reset_peak_memory_stats": 0, "reset_max_memory_allocated": 0,
-    "reset_max_memory_cached": 0, "reset_accumulated_memory_stats": 0, "get_rng_state": 0, "set_rng_state": 1,
-    "current_stream": 0, "default_stream": 0, "can_device_access_peer": 0, "set_per_process_memory_fraction": 1,
-    "Stream": 0, "utilization": 0,
+    **{name: "device" for name in (
+        "set_device", "synchronize", "get_device_name", "mem_get_info", "memory_stats",
+        "memory_stats_as_nested_dict", "memory_summary", "memory_allocated", "max_memory_allocated",
+        "memory_reserved", "max_memory_reserved", "memory_cached", "max_memory_cached", "reset_peak_memory_stats",
+        "reset_max_memory_allocated", "reset_max_memory_cached", "reset_accumulated_memory_stats", "get_rng_state",
+        "set_rng_state", "current_stream", "default_stream", "set_per_process_memory_fraction", "Stream",
+        "utilization")},
+    "can_device_access_peer": "device_id",
 }
 # CUDA-only facilities: using them raises a clear error
 UNSUPPORTED = {
@@ -89,6 +92,7 @@ def _npu(ctx, name):
             return getattr(torch.npu, name)  # raises the backend's own explanation
 
         not_implemented.__name__ = not_implemented.__qualname__ = name
+        not_implemented.unavailable = True
         return not_implemented
     except AttributeError:
         return ctx.need(torch.npu, name, "torch.npu")
@@ -100,16 +104,16 @@ for _name in ALIASES:
                what=f"torch.cuda.{_name} is torch.npu.{_name} (same semantics).", remove_when=REMOVE)(
         lambda ctx, _name=_name: _npu(ctx, _name))
 
-for _name, _pos in DEVICE_ARG.items():
-    def _make(ctx, _name=_name, _pos=_pos):
+for _name, _arg in DEVICE_ARG.items():
+    def _make(ctx, _name=_name, _arg=_arg):
         fn = _npu(ctx, _name)
-        if _pos is None:
+        if getattr(fn, "unavailable", False):
             return fn
         if isinstance(fn, type):  # stays a class: `torch.cuda.Stream | None` annotations, isinstance checks
-            new = translate_arg(fn.__new__, f"torch.cuda.{_name}", _pos + 1, ints=False)
+            new = translate_device(fn.__new__, f"torch.cuda.{_name}", _arg, ints=False)
             return type(fn.__name__, (fn,), {"__new__": new, "__module__": fn.__module__,
                                              "__qualname__": fn.__qualname__, "__doc__": fn.__doc__})
-        return translate_arg(fn, f"torch.cuda.{_name}", _pos, ints=False)
+        return translate_device(fn, f"torch.cuda.{_name}", _arg, ints=False)
 
     cuda.patch(f"torch.cuda:{_name}", kind="wrap", covers=(f"torch.cuda.{_name}",),
                why=f"torch.cuda.{_name} talks to the CUDA runtime, absent on an NPU machine.",
@@ -416,7 +420,6 @@ for _name in ("custom_fwd", "custom_bwd"):
     cuda.patch(f"torch.amp:{_name}", covers=(f"torch.cuda.amp.{_name}", f"torch.amp.{_name}"),
                why=f"@torch.amp.{_name}(device_type='cuda') (and torch.cuda.amp.{_name}) bind to CUDA autocast.",
                what="device_type 'cuda' -> 'npu'.", remove_when=REMOVE)(
-        lambda ctx, _name=_name: translate_arg(ctx.original, f"torch.amp.{_name}", 99, name="device_type",
-                                               ints=False))
+        lambda ctx, _name=_name: translate_device(ctx.original, f"torch.amp.{_name}", "device_type", ints=False))
 
 PATCH_SETS = [cuda]

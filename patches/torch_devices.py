@@ -13,7 +13,7 @@ from ascend_shim.devices import translate
 from ascend_shim.registry import PatchSet
 
 from ascend_shim.constructors import hook_constructor
-from ._wrappers import note, translate_arg, translate_kwargs
+from ._wrappers import note, translate_device
 
 REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
 devices = PatchSet(
@@ -89,7 +89,7 @@ FACTORIES = ("arange", "as_tensor", "asarray", "bartlett_window", "blackman_wind
              "scalar_tensor", "sparse_bsc_tensor", "sparse_bsr_tensor", "sparse_compressed_tensor",
              "sparse_coo_tensor", "sparse_csc_tensor", "sparse_csr_tensor", "tensor", "tril_indices",
              "triu_indices", "zeros", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
-             "randn_like", "randint_like", "frombuffer", "from_file")
+             "randn_like", "randint_like", "from_file")  # torch.frombuffer has no device argument
 
 
 def _factory_wrapper(ctx, name, api):
@@ -98,7 +98,7 @@ def _factory_wrapper(ctx, name, api):
     import torch.utils._device
 
     torch.utils._device._device_constructors()
-    return translate_kwargs(ctx.original, api, ints=True)
+    return translate_device(ctx.original, api)
 
 
 for _name in FACTORIES:
@@ -191,12 +191,12 @@ for _name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_ten
     devices.patch(f"torch:Tensor.{_name}", covers=(f"Tensor.{_name}",),
                   why=f"x.{_name}(..., device='cuda') allocates on CUDA.", what="the device= keyword is translated.",
                   remove_when=REMOVE)(
-        lambda ctx, _name=_name: translate_kwargs(ctx.original, f"Tensor.{_name}", ints=True))
+        lambda ctx, _name=_name: translate_device(ctx.original, f"Tensor.{_name}"))
 
 devices.patch("torch:Tensor.pin_memory", covers=("Tensor.pin_memory",),
               why="x.pin_memory('cuda') pins for the CUDA device.",
               what="the (deprecated) device argument is translated.", remove_when=REMOVE)(
-    lambda ctx: translate_arg(ctx.original, "Tensor.pin_memory", 1, ints=False))
+    lambda ctx: translate_device(ctx.original, "Tensor.pin_memory", ints=False))
 
 
 # -- nn.Module --------------------------------------------------------------------------------------------------
@@ -216,14 +216,14 @@ def module_cuda(ctx):
                why="model.to('cuda') / model.to(0) moves parameters to CUDA.",
                what="a positional or device= CUDA device is translated.", remove_when=REMOVE)
 def module_to(ctx):
-    return translate_arg(ctx.original, "Module.to", 1, ints=True)
+    return translate_device(ctx.original, "Module.to")
 
 
 @devices.patch("torch.nn:Module.to_empty", covers=("Module.to_empty",),
                why="model.to_empty(device='cuda') materialises meta modules on CUDA.",
                what="the device= keyword is translated.", remove_when=REMOVE)
 def module_to_empty(ctx):
-    return translate_kwargs(ctx.original, "Module.to_empty", ints=True)
+    return translate_device(ctx.original, "Module.to_empty")
 
 
 # -- serialization, default device, amp, data -------------------------------------------------------------------
@@ -286,7 +286,7 @@ def load(ctx):
 devices.patch("torch:set_default_device", covers=("torch.set_default_device",),
               why="torch.set_default_device('cuda') makes every factory allocate on CUDA.",
               what="the device argument is translated.", remove_when=REMOVE)(
-    lambda ctx: translate_arg(ctx.original, "torch.set_default_device", 0, ints=True))
+    lambda ctx: translate_device(ctx.original, "torch.set_default_device"))
 
 
 @devices.patch("torch.amp.autocast_mode:autocast.__init__", covers=("torch.autocast", "torch.cuda.amp.autocast"),
@@ -295,14 +295,14 @@ devices.patch("torch:set_default_device", covers=("torch.set_default_device",),
                what="device_type 'cuda' -> 'npu' (torch.cuda.amp.autocast passes 'cuda' and is covered too).",
                remove_when=REMOVE)
 def autocast_init(ctx):
-    return translate_arg(ctx.original, "torch.autocast", 1, name="device_type", ints=False)
+    return translate_device(ctx.original, "torch.autocast", "device_type", ints=False)
 
 
 for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype"):
     devices.patch(f"torch:{_name}", covers=(f"torch.{_name}",),
                   why=f"torch.{_name}('cuda', ...) asks about CUDA autocast.",
                   what="device_type 'cuda' -> 'npu'.", remove_when=REMOVE)(
-        lambda ctx, _name=_name: translate_arg(ctx.original, f"torch.{_name}", 0, name="device_type", ints=False))
+        lambda ctx, _name=_name: translate_device(ctx.original, f"torch.{_name}", "device_type", ints=False))
 
 
 @devices.patch("torch.amp.grad_scaler:GradScaler.__init__",
@@ -312,7 +312,7 @@ for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled
                what="device 'cuda' (given or defaulted) -> 'npu', so loss scaling really happens on the NPU.",
                remove_when=REMOVE)
 def grad_scaler_init(ctx):
-    return translate_arg(ctx.original, "GradScaler", 1, ints=False, default="cuda")
+    return translate_device(ctx.original, "GradScaler", ints=False)
 
 
 @devices.patch("torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler.__init__",
@@ -320,14 +320,14 @@ def grad_scaler_init(ctx):
                why="FSDP's ShardedGradScaler defaults to device 'cuda'.", what="device 'cuda' -> 'npu'.",
                remove_when=REMOVE)
 def sharded_grad_scaler_init(ctx):
-    return translate_arg(ctx.original, "ShardedGradScaler", 1, ints=False, default="cuda")
+    return translate_device(ctx.original, "ShardedGradScaler", ints=False)
 
 
 @devices.patch("torch.utils.data.dataloader:DataLoader.__init__", covers=("DataLoader.pin_memory_device",),
                why="DataLoader(pin_memory_device='cuda') pins for CUDA.",
                what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE)
 def dataloader_init(ctx):
-    return translate_kwargs(ctx.original, "DataLoader", names=("pin_memory_device",))
+    return translate_device(ctx.original, "DataLoader", "pin_memory_device", ints=False)
 
 
 PATCH_SETS = [devices]

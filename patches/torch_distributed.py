@@ -9,7 +9,7 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
-from ._wrappers import note, translate_arg
+from ._wrappers import note, translate_device
 
 REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
 dist = PatchSet(
@@ -18,8 +18,11 @@ dist = PatchSet(
 )
 
 
-def _backend_wrapper(orig, api, position):
+def _backend_wrapper(orig, api):
+    from ascend_shim.binding import bind
     from ascend_shim.devices import translate, translate_backend
+
+    position = bind(orig, "backend", api).index
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
@@ -52,19 +55,19 @@ def _backend_wrapper(orig, api, position):
                  "init_method and other strings untouched.",
             remove_when=REMOVE)
 def init_process_group(ctx):
-    return _backend_wrapper(ctx.original, "torch.distributed.init_process_group", 0)
+    return _backend_wrapper(ctx.original, "torch.distributed.init_process_group")
 
 
 @dist.patch("torch.distributed:new_group", covers=("torch.distributed.new_group",),
             why="new_group(backend='nccl') names NCCL.", what="backend 'nccl' -> 'hccl'.", remove_when=REMOVE)
 def new_group(ctx):
-    return _backend_wrapper(ctx.original, "torch.distributed.new_group", 2)
+    return _backend_wrapper(ctx.original, "torch.distributed.new_group")
 
 
 @dist.patch("torch.distributed:new_subgroups", covers=("torch.distributed.new_subgroups",),
             why="new_subgroups(backend='nccl') names NCCL.", what="backend 'nccl' -> 'hccl'.", remove_when=REMOVE)
 def new_subgroups(ctx):
-    return _backend_wrapper(ctx.original, "torch.distributed.new_subgroups", 3)
+    return _backend_wrapper(ctx.original, "torch.distributed.new_subgroups")
 
 
 @dist.patch("torch.distributed:is_nccl_available", kind="wrap", covers=("torch.distributed.is_nccl_available",),
@@ -112,14 +115,14 @@ def get_backend(ctx):
             why="init_device_mesh('cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
             remove_when=REMOVE)
 def init_device_mesh(ctx):
-    return translate_arg(ctx.original, "init_device_mesh", 0, name="device_type", ints=False)
+    return translate_device(ctx.original, "init_device_mesh", "device_type", ints=False)
 
 
 @dist.patch("torch.distributed.device_mesh:DeviceMesh.__init__", covers=("DeviceMesh",),
             why="DeviceMesh(device_type='cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
             remove_when=REMOVE)
 def device_mesh_init(ctx):
-    return translate_arg(ctx.original, "DeviceMesh", 1, name="device_type", ints=False)
+    return translate_device(ctx.original, "DeviceMesh", "device_type", ints=False)
 
 
 @dist.patch("torch.nn.parallel:DistributedDataParallel.__init__", covers=("DistributedDataParallel",),
@@ -127,23 +130,35 @@ def device_mesh_init(ctx):
             what="each device_ids entry and output_device are translated (ints stay indices of the NPU).",
             remove_when=REMOVE)
 def ddp_init(ctx):
+    from ascend_shim.binding import bind
     from ascend_shim.devices import translate
 
     orig = ctx.original
+    api = "DistributedDataParallel"
+    ids_at, out_at = (bind(orig, name, api).index for name in ("device_ids", "output_device"))
+
+    def translated_ids(device_ids):
+        new_ids = type(device_ids)(translate(d) for d in device_ids)
+        if any(a is not b for a, b in zip(new_ids, device_ids)):
+            note(api, "device_ids", device_ids, new_ids)
+        return new_ids
+
+    def translated_output(output_device):
+        new = translate(output_device)
+        if new is not output_device:
+            note(api, "output_device", output_device, new)
+        return new
 
     @functools.wraps(orig)
-    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
-        if device_ids is not None:
-            new_ids = type(device_ids)(translate(d) for d in device_ids)
-            if any(a is not b for a, b in zip(new_ids, device_ids)):
-                note("DistributedDataParallel", "device_ids", device_ids, new_ids)
-            device_ids = new_ids
-        if output_device is not None:
-            new = translate(output_device)
-            if new is not output_device:
-                note("DistributedDataParallel", "output_device", output_device, new)
-            output_device = new
-        return orig(self, module, device_ids, output_device, *args, **kwargs)
+    def __init__(*args, **kwargs):
+        for name, at, change in (("device_ids", ids_at, translated_ids),
+                                 ("output_device", out_at, translated_output)):
+            if len(args) > at:
+                if args[at] is not None:
+                    args = args[:at] + (change(args[at]),) + args[at + 1:]
+            elif kwargs.get(name) is not None:
+                kwargs[name] = change(kwargs[name])
+        return orig(*args, **kwargs)
 
     return __init__
 
@@ -152,12 +167,10 @@ def ddp_init(ctx):
             why="FSDP(device_id=torch.device('cuda', i) or 'cuda:i') names CUDA.",
             what="device_id is translated.", remove_when=REMOVE)
 def fsdp_init(ctx):
-    from ._wrappers import translate_kwargs
-
-    return translate_kwargs(ctx.original, "FullyShardedDataParallel", names=("device_id",))
+    return translate_device(ctx.original, "FullyShardedDataParallel", "device_id", ints=False)
 
 
-def _avg_fallback(ctx, api, tensor_pos, op_pos):
+def _avg_fallback(ctx, api, tensor_name):
     """torch_npu < 2.6 rejects ReduceOp.AVG on HCCL: run SUM and divide by the group size (floor division
     for integers, as torch_npu >= 2.6 does). Newer torch_npu lines accept AVG: then nothing is patched."""
     import torch.distributed as d
@@ -170,14 +183,17 @@ def _avg_fallback(ctx, api, tensor_pos, op_pos):
         raise NotNeeded(f"torch_npu {npu_version} accepts ReduceOp.AVG on HCCL")
     orig, report = ctx.original, ctx.report
 
+    from ascend_shim.binding import bind
     from ascend_shim.callers import native_scope
+
+    tensor_pos, op_pos, group_pos = (bind(orig, name, api).index for name in (tensor_name, "op", "group"))
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         op = args[op_pos] if len(args) > op_pos else kwargs.get("op")
         if op != d.ReduceOp.AVG:
             return orig(*args, **kwargs)
-        group = args[op_pos + 1] if len(args) > op_pos + 1 else kwargs.get("group")
+        group = args[group_pos] if len(args) > group_pos else kwargs.get("group")
         with native_scope():  # the real backend name, not the one user code is shown
             backend = d.get_backend(group)
         if backend != "hccl":
@@ -187,7 +203,7 @@ def _avg_fallback(ctx, api, tensor_pos, op_pos):
             args = args[:op_pos] + (d.ReduceOp.SUM,) + args[op_pos + 1:]
         else:
             kwargs["op"] = d.ReduceOp.SUM
-        out = args[tensor_pos] if len(args) > tensor_pos else kwargs.get("tensor", kwargs.get("output"))
+        out = args[tensor_pos] if len(args) > tensor_pos else kwargs.get(tensor_name)
         size = d.get_world_size(group)
         work = orig(*args, **kwargs)
         if work is None:
@@ -232,7 +248,7 @@ class _DividingWork:
                  "(reported); not applied where torch_npu accepts AVG.",
             remove_when="torch_npu < 2.6 is no longer supported")
 def all_reduce(ctx):
-    return _avg_fallback(ctx, "torch.distributed.all_reduce", 0, 1)
+    return _avg_fallback(ctx, "torch.distributed.all_reduce", "tensor")
 
 
 @dist.patch("torch.distributed:reduce_scatter_tensor", fidelity="fallback", covers=("ReduceOp.AVG",),
@@ -241,7 +257,7 @@ def all_reduce(ctx):
                  "by the group size; not applied where torch_npu accepts AVG.",
             remove_when="torch_npu < 2.6 is no longer supported")
 def reduce_scatter_tensor(ctx):
-    return _avg_fallback(ctx, "torch.distributed.reduce_scatter_tensor", 0, 2)
+    return _avg_fallback(ctx, "torch.distributed.reduce_scatter_tensor", "output")
 
 
 # -- environment ---------------------------------------------------------------------------------------------
