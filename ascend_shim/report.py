@@ -76,12 +76,13 @@ class Report:
 
     # -- what patches record while the program runs ----------------------------------------------------------
     def event(self, category: str, api: str, detail: str = "", *, site: tuple | None = None, frame=None,
-              seen_as=None):
+              seen_as=None, code=None):
         """Count one call of ``api`` at the caller's user-code site; ``detail`` says what it became.
 
         ``frame``: where to start looking for the user's frame (hot-path wrappers pass their caller's).
         The hot path stores (code object, instruction offset); line numbers are worked out when reading.
-        ``seen_as``: a fast key under which later calls at this site are counted by :meth:`seen`.
+        ``seen_as``: a fast key under which later calls at this site are counted by :meth:`seen`; ``code``:
+        the calling code object when the key holds only its ``id`` (kept alive, so the id is never reused).
         """
         key = (category, api, detail) + (site if site is not None else
                                          self._call_site(frame or sys._getframe(1)))
@@ -92,12 +93,13 @@ class Report:
         with self._lock:
             slot[0] += 1
         if seen_as is not None:
-            self._seen_table()[seen_as] = [0, key]
+            self._seen_table()[seen_as] = [0, key, code]
 
     def seen(self, key) -> bool:
         """Count one more call under ``key`` if an :meth:`event` registered it (``seen_as``) in this thread.
 
-        ``key`` is built by the caller without formatting, e.g. (calling code, instruction offset, api, value);
+        ``key`` is built by the caller without formatting, e.g. (id of the calling code, instruction offset,
+        api, value);
         an unhashable key raises ``TypeError`` (the caller then records through :meth:`event`).
         """
         try:
@@ -160,7 +162,7 @@ class Report:
         with self._lock:
             counts = {key: n[0] for key, n in self._events.items()}
             for table in self._seen_tables:
-                for n, key in list(table.values()):
+                for n, key, _ in list(table.values()):
                     counts[key] = counts.get(key, 0) + n
         merged: dict[tuple, int] = {}
         for (c, a, d, where, pos), n in counts.items():

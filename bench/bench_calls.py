@@ -4,7 +4,7 @@ Two groups, each printed as a ratio of medians over interleaved rounds:
 * calls the shim must not slow (`torch.zeros(8)`, `x.to(torch.float16)`, `x.add_(1)`): active / inactive,
   aim under 1.10x;
 * translated calls (`torch.zeros(8, device="cuda")`, `x.to("cuda")`) vs. the hand-ported call with "npu",
-  both with the shim active: aim under 1.5x.
+  both with the shim active: aim under 1.3x.
 
     python bench/bench_calls.py [--rounds 7] [--number 20000]
 """
@@ -19,12 +19,15 @@ import ascend_shim.sim
 
 CASES_UNSLOWED = {
     "torch.zeros(8)": "torch.zeros(8)",
+    "torch.zeros(8, dtype=float16)": "torch.zeros(8, dtype=torch.float16)",
     "x.to(torch.float16)": "x.to(torch.float16)",
     "x.add_(1)": "x.add_(1)",
 }
 CASES_TRANSLATED = {
     'torch.zeros(8, device="cuda")': ('torch.zeros(8, device="cuda")', 'torch.zeros(8, device="npu")'),
     'x.to("cuda")': ('c.to("cuda")', 'c.to("npu")'),
+    'x.cuda()': ('c.cuda()', 'c.npu()'),
+    'torch.device("cuda", 0)': ('torch.device("cuda", 0)', 'torch.device("npu", 0)'),
 }
 
 

@@ -18,13 +18,14 @@ from ascend_shim.report import REPORT
 def note(api: str, name: str, old, new) -> None:
     """Record one translation at the user's call site (the search starts at the wrapper's caller)."""
     frame = sys._getframe(2)
-    key = (frame.f_code, frame.f_lasti, api, old)
+    key = (id(frame.f_code), frame.f_lasti, api, old)
     try:
         if REPORT.seen(key):
             return
     except TypeError:  # an unhashable value (a list of devices, a map_location dict)
         key = None
-    REPORT.event("translated", api, f"{name}={describe(old)} -> {describe(new)}", frame=frame, seen_as=key)
+    REPORT.event("translated", api, f"{name}={describe(old)} -> {describe(new)}", frame=frame, seen_as=key,
+                 code=frame.f_code)
 
 
 def translate_device(orig, api: str, name: str = "device", *, ints: bool = True):

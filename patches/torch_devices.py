@@ -35,15 +35,26 @@ def device(ctx):
     import torch
 
     device_class = torch.device
+    modes = torch._C._len_torch_function_stack
+    made_from: dict[tuple, tuple] = {}  # constructor arguments -> (device made, device returned): both immutable
 
     def make_new(original):
         def __new__(cls, *args, **kwargs):
-            made = original(cls, args, kwargs)
-            if type(made) is device_class and made.type == "cuda":  # a torch function mode may return others
-                new = translate(made)
+            try:
+                known = made_from.get(args) if cls is device_class and not kwargs and not modes() else None
+            except TypeError:  # unhashable arguments: torch gives its own error below
+                known = None
+            if known is None:
+                made = original(cls, args, kwargs)
+                if type(made) is not device_class:  # a torch function mode may return others
+                    return made
+                known = (made, translate(made) if made.type == "cuda" else made)
+                if cls is device_class and not kwargs and len(made_from) < 1024:
+                    made_from[args] = known
+            made, new = known
+            if new is not made:
                 note("torch.device", "device", made, new)
-                return new
-            return made
+            return new
         return __new__
 
     return hook_constructor(device_class, make_new, probe=("cpu",))
@@ -129,19 +140,18 @@ def tensor_to(ctx):
 
     orig = ctx.original
     dtype = torch.dtype
+    missing = object()
 
     @functools.wraps(orig)
-    def to(self, *args, **kwargs):
-        if args:
-            first = args[0]
-            kind = type(first)
-            if kind is dtype and not kwargs:  # x.to(torch.float16): the hot path
-                return orig(self, *args)
-            if kind is str or kind is _TorchDevice or kind is int:
-                new = translate(first, ints=True)
-                if new is not first:
-                    note("Tensor.to", "device", first, new)
-                    args = (new,) + args[1:]
+    def to(self, first=missing, /, *args, **kwargs):
+        kind = type(first)
+        if kind is dtype:  # x.to(torch.float16): the hot path
+            return orig(self, first, *args, **kwargs) if args or kwargs else orig(self, first)
+        if kind is str or kind is _TorchDevice or kind is int:
+            new = translate(first, ints=True)
+            if new is not first:
+                note("Tensor.to", "device", first, new)
+                first = new
         if kwargs:
             value = kwargs.get("device")
             if value is not None:
@@ -149,7 +159,9 @@ def tensor_to(ctx):
                 if new is not value:
                     kwargs["device"] = new
                     note("Tensor.to", "device", value, new)
-        return orig(self, *args, **kwargs)
+        if first is missing:
+            return orig(self, **kwargs)
+        return orig(self, first, *args, **kwargs)
 
     return to
 

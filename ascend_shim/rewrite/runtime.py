@@ -112,9 +112,12 @@ def _hit() -> None:
     if compiler is not None and getattr(compiler, "is_compiling", None) and compiler.is_compiling():
         return
     frame = sys._getframe(2)
+    key = (id(frame.f_code), frame.f_lasti, HIT_DETAIL)
+    if REPORT.seen(key):
+        return
     site = (frame.f_code.co_filename, frame.f_lineno)
-    REPORT.event("translated", _sites.get(site, "rewritten comparison"), HIT_DETAIL,
-                 site=site)
+    REPORT.event("translated", _sites.get(site, "rewritten comparison"), HIT_DETAIL, site=site, seen_as=key,
+                 code=frame.f_code)
 
 
 def eq(a, b):
