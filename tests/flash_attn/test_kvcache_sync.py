@@ -244,3 +244,44 @@ def test_decode_loop_makes_only_the_samplers_sync_per_token(fa, paged, inference
             assert (got - ref).abs().max() < 2e-2, t
         assert counters.d2h_syncs() == tokens
         assert counters.op_calls("npu_fused_infer_attention_score") == tokens * layers
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (2, 0)])
+@pytest.mark.parametrize("inference", [True, False])
+def test_varlen_decode_step_reads_no_lengths(fa, window, inference):
+    """transformers' generate with padding sends each decode step as flash_attn_varlen_func with one query per
+    sequence (max_seqlen_q=1, cu_seqlens_q = arange): served with no device-to-host sync, exact per sequence
+    (uneven key lengths, GQA, a window, an empty sequence); training-shaped calls still take the TND op."""
+    torch.manual_seed(0)
+    H, Hk, D, dt = 4, 2, 64, torch.float16
+    lens = [3, 7, 0, 5]
+    ends = [0]
+    for n in lens:
+        ends.append(ends[-1] + n)
+    q = torch.randn(len(lens), H, D, dtype=dt)
+    k, v = torch.randn(ends[-1], Hk, D, dtype=dt), torch.randn(ends[-1], Hk, D, dtype=dt)
+    ctx = torch.inference_mode() if inference else torch.no_grad()
+    with ctx:
+        cu_q = torch.arange(len(lens) + 1, dtype=torch.int32, device="npu")
+        cu_k = torch.tensor(ends, dtype=torch.int32, device="npu")
+        counters.reset()
+        out, lse, _ = fa.flash_attn_varlen_func(q.npu(), k.npu(), v.npu(), cu_q, cu_k, 1, max(lens), causal=True,
+                                                window_size=window, return_attn_probs=True)
+        assert counters.d2h_syncs() == 0
+        assert counters.op_calls("npu_fused_infer_attention_score") == 1
+    out, lse = out.cpu(), lse.cpu()
+    for b, n in enumerate(lens):
+        if n == 0:
+            assert out[b].abs().max() == 0 and torch.isinf(lse[:, b]).all()
+            continue
+        ks, vs = k[ends[b]:ends[b + 1]][None], v[ends[b]:ends[b + 1]][None]
+        ref, ref_lse = ref_attention(q[b][None, None], ks, vs, causal=True, window=window)
+        assert (out[b].float() - ref[0, 0]).abs().max() < 2e-3, b
+        torch.testing.assert_close(lse[:, b], ref_lse[0, :, 0], atol=1e-3, rtol=1e-3)
+    # with autograd the same call is a training step: the TND op (and its backward) runs
+    qg = q[:3].npu().requires_grad_()
+    cu_q = torch.arange(4, dtype=torch.int32, device="npu")
+    cu_k = torch.tensor(ends[:3] + [ends[-1]], dtype=torch.int32, device="npu")  # no empty sequence
+    counters.reset()
+    fa.flash_attn_varlen_func(qg, k.npu(), v.npu(), cu_q, cu_k, 1, max(lens), causal=True).sum().backward()
+    assert counters.op_calls("npu_fusion_attention") == 1
