@@ -86,12 +86,13 @@ def provide(ctx):
                   id="flash_attn.transformers_varlen", requires={"transformers": ">=4.50,<5.24"},
                   covers=("transformers.integrations.npu_flash_attention.npu_flash_attn_varlen_func",),
                   why="on an NPU transformers' flash_attention_2 runs its own varlen function, which reads "
-                      "cu_seqlens_q and cu_seqlens_k to the host in every layer (two syncs per layer per "
-                      "generated token when a batch is padded) and ignores window_size and softcap.",
-                  what="the call goes to the shim's flash_attn provider: a decode step (one query per sequence) "
-                       "makes no sync, a prefill one read for both lengths, sliding windows and softcap are "
-                       "applied as flash-attn applies them; with NPU_FA2_SPARSE_MODE=2 (top-left causal) or "
-                       "without max_seqlen_q/max_seqlen_k transformers' own function runs.",
+                      "cu_seqlens_q and cu_seqlens_k to the host in every layer: two syncs per layer per "
+                      "generated token when a batch is padded.",
+                  what="the call goes to the shim's flash_attn provider (same attention, bottom-right causal as "
+                       "transformers' default NPU_FA2_SPARSE_MODE=3): a decode step (one query per sequence) "
+                       "makes no sync, a prefill one read for both lengths. With NPU_FA2_SPARSE_MODE=2 (top-left "
+                       "causal), without max_seqlen_q/max_seqlen_k or with other arguments, transformers' own "
+                       "function runs.",
                   remove_when="transformers' NPU flash-attention integration keeps sequence lengths on the device")
 def transformers_varlen(ctx):
     import functools

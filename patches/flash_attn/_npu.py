@@ -18,7 +18,9 @@ Exactly flash-attn's semantics (``_reference.py`` states them), mapped onto the 
   ``REPORT.fallback``; ``deterministic=True`` is honoured when ``torch.use_deterministic_algorithms`` is on and
   reported otherwise (the op has no per-call switch);
 * varlen: ``cu_seqlens`` become the host lists the TND layout wants (``cu_seqlens[1:]``, cumulative ends without
-  the leading 0), one device-to-host sync per distinct tensor per step (``_hostlists``).
+  the leading 0), one device-to-host sync per distinct tensor per step (``_hostlists``). A decode step (one query
+  per sequence, ``max_seqlen_q == 1``, no autograd) reads nothing: keys gathered into a padded batch, masked on
+  the device, through the inference op's incremental path (``varlen_decode``).
 """
 from __future__ import annotations
 
