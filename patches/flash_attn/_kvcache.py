@@ -10,12 +10,13 @@ Mapping: the writes are device index_put_ (no sync). Decode (seqlen_q == 1) with
 no lengths to the host: it attends over the whole cache width through the op's incremental path with a (B, width)
 bool mask built on the device from ``cache_seqlens + seqlen_new`` (and the left window edge), so a decode step of
 any depth makes no sync of its own, also under ``torch.inference_mode`` (paged caches: the op gets the full page
-count, unused ``block_table`` entries clamped to a real page, all hidden by the mask). With host lengths (an int,
-None, a cpu tensor) the per-batch key lengths go to the op as ``actual_seq_lengths_kv``. seqlen_q > 1 (a prefill)
-reads them to the host (``_hostlists``: one read per distinct ``cache_seqlens`` tensor version, shared by every
-layer; an inference tensor is read per call) and takes the op's prompt path with sparse_mode 3 (causal) / 4
-(band) and the compressed mask. Paged caches go to the op as (blocks, page, Hk*D) with
-``block_table``. ``softcap``, ALiBi, head dims the prompt path rejects (D % 16) and page sizes it rejects run the
+count, unused ``block_table`` entries clamped to a real page, all hidden by the mask). A prefill into a dense cache
+(the queries' own keys appended, mask at most ``PREFILL_MASK_LIMIT`` elements) does the same on the prompt path
+with an explicit (B, 1, Sq, width) band mask, sparse_mode 0. With host lengths (an int, None, a cpu tensor) the
+per-batch key lengths go to the op as ``actual_seq_lengths_kv``. Other prompt-path calls (paged, no new keys, a
+larger mask) read them to the host (``_hostlists``: one read per distinct ``cache_seqlens`` tensor version,
+shared by every layer; an inference tensor is read per call) and take sparse_mode 3 (causal) / 4 (band) with the
+compressed mask. Paged caches go to the op as (blocks, page, Hk*D) with ``block_table``. ``softcap``, ALiBi, head dims the prompt path rejects (D % 16) and page sizes it rejects run the
 exact reference (recorded); ``cache_leftpad`` raises UnsupportedOnNPUError; ``num_splits`` is a CUDA scheduling
 hint and has no effect.
 """
@@ -29,6 +30,9 @@ from ascend_shim.errors import UnsupportedOnNPUError
 from ascend_shim.report import REPORT
 
 from . import _hostlists, _npu, _reference, _rotary
+
+#: largest B * seqlen_q * cache width a prefill masks on the device instead of reading the lengths (16 MB of bool)
+PREFILL_MASK_LIMIT = 1 << 24
 
 
 def _lengths(cache_seqlens, batch: int, capacity: int, device, host: bool = True):
@@ -56,6 +60,21 @@ def _decode_mask(kv_len_dev, width: int, left: int):
     if left >= 0:  # the one query row sees keys [len - 1 - left, len - 1]
         mask |= col < end - 1 - left
     return mask
+
+
+def _prefill_mask(kv_len_dev, sq: int, width: int, left: int, right: int):
+    """(B, 1, Sq, width) bool, True = masked: query i of row b sees keys up to its length, in its band anchored
+    bottom-right on that length (flash-attn's rule), built on the device. Only used when the queries' own keys
+    were just appended, so every query sees at least its own key."""
+    col = torch.arange(width, device=kv_len_dev.device).view(1, 1, -1)
+    end = kv_len_dev.view(-1, 1, 1)
+    diag = torch.arange(sq, device=kv_len_dev.device).view(1, -1, 1) + end - sq  # query i's own position
+    mask = (col >= end).expand(-1, sq, -1)
+    if right >= 0:
+        mask = mask | (col > diag + right)
+    if left >= 0:
+        mask = mask | (col < diag - left)
+    return mask.unsqueeze(1).contiguous()
 
 
 def _append(k_cache, v_cache, k, v, lens_dev, cache_batch_idx, block_table):
@@ -125,9 +144,12 @@ def with_kvcache(q, k_cache, v_cache, k=None, v=None, *, rotary_cos=None, rotary
         reason = f"head_dim {D} (the prompt path needs D % 16 == 0)"
     elif Sq > 1 and block_table is not None and not (page % 128 == 0 and 128 <= page <= 512):
         reason = f"page size {page} (the prompt path needs a multiple of 128 in [128, 512])"
-    # decode reads no lengths to the host: its mask is built on the device (one sync per token is the sampler's)
-    lens, lens_dev = _lengths(cache_seqlens, B, capacity, q.device, host=bool(reason) or Sq > 1)
     knew = k.shape[1] if k is not None else 0
+    # decode reads no lengths to the host: its mask is built on the device (one sync per token is the sampler's);
+    # so does a prefill that appends its queries' own keys into a dense cache, while its mask stays small
+    device_mask = not reason and (Sq == 1 or (knew == Sq and block_table is None
+                                              and B * Sq * k_cache.shape[1] <= PREFILL_MASK_LIMIT))
+    lens, lens_dev = _lengths(cache_seqlens, B, capacity, q.device, host=not device_mask)
     left, right = _npu.normalize_window(causal and not (Sq == 1 and alibi_slopes is None), window_size, capacity)
 
     if rotary_cos is not None and k is not None:
@@ -172,6 +194,9 @@ def with_kvcache(q, k_cache, v_cache, k=None, v=None, *, rotary_cos=None, rotary
                 mask = torch.arange(width, device=q.device).view(1, -1) < first
             out, lse = fia(q, kc, vc, atten_mask=mask, actual_seq_lengths_kv=kv_lens, block_table=block_table,
                            **common)
+    elif kv_lens is None:  # a prefill with device lengths: an explicit (B, 1, Sq, width) mask, sparse_mode 0
+        mask = _prefill_mask(lens_dev + knew, Sq, width, left, right)
+        out, lse = fia(q, kc, vc, atten_mask=mask, sparse_mode=0, **common)
     else:
         plan = _npu._band(_npu.Plan(left, right), q.device, Sq, max(kv_lens))
         out, lse = fia(q, kc, vc, atten_mask=plan.mask, actual_seq_lengths=[Sq] * B, sparse_mode=plan.mode,

@@ -227,10 +227,13 @@ def test_decode_loop_makes_only_the_samplers_sync_per_token(fa, paged, inference
             table = None
         seqlens = torch.zeros(B, dtype=torch.int32, device="npu")
         pre = xs[:prompt].squeeze(2).transpose(0, 1).to("npu")  # (B, prompt, H, D)
+        counters.reset()
         for kc, vc in caches:
             fa3.flash_attn_with_kvcache(pre, kc, vc, k=pre, v=pre, cache_seqlens=seqlens, causal=True,
                                         window_size=window, page_table=table)
         seqlens += prompt
+        if not paged:  # a dense prefill masks on the device too (a paged one reads the lengths)
+            assert counters.d2h_syncs() == 0
         counters.reset()
         for t in range(prompt, prompt + tokens):
             x = xs[t].to("npu")
@@ -285,3 +288,32 @@ def test_varlen_decode_step_reads_no_lengths(fa, window, inference):
     counters.reset()
     fa.flash_attn_varlen_func(qg, k.npu(), v.npu(), cu_q, cu_k, 1, max(lens), causal=True).sum().backward()
     assert counters.op_calls("npu_fusion_attention") == 1
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (2, 0), (3, 1)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_with_device_lengths_reads_nothing_and_matches(fa, causal, window):
+    """A chunk of queries appended after a cache already holding uneven lengths (chunked prefill / speculative
+    verification) is masked on the device: bottom-right band per row, no read, flash-attn's numbers."""
+    import flash_attn_interface as fa3
+
+    torch.manual_seed(0)
+    B, Sq, H, Hk, D, cap, dt = 2, 4, 4, 2, 64, 32, torch.float16
+    held = [5, 11]
+    keys = torch.randn(B, cap, Hk, D, dtype=dt)
+    vals = torch.randn(B, cap, Hk, D, dtype=dt)
+    q, k, v = torch.randn(B, Sq, H, D, dtype=dt), torch.randn(B, Sq, Hk, D, dtype=dt), torch.randn(B, Sq, Hk, D, dtype=dt)
+    with torch.inference_mode():
+        kc, vc = keys.clone().npu(), vals.clone().npu()
+        seqlens = torch.tensor(held, dtype=torch.int32, device="npu")
+        counters.reset()
+        out, lse = fa3.flash_attn_with_kvcache(q.npu(), kc, vc, k=k.npu(), v=v.npu(), cache_seqlens=seqlens,
+                                               causal=causal, window_size=window, return_softmax_lse=True)
+        assert counters.d2h_syncs() == 0
+        out, lse = out.cpu(), lse.cpu()
+    for b, n in enumerate(held):
+        ks = torch.cat([keys[b:b + 1, :n], k[b:b + 1]], 1)
+        vs = torch.cat([vals[b:b + 1, :n], v[b:b + 1]], 1)
+        ref, ref_lse = ref_attention(q[b:b + 1], ks, vs, causal=causal, window=window)
+        assert (out[b:b + 1].float() - ref).abs().max() < 2e-3, b
+        torch.testing.assert_close(lse[b:b + 1], ref_lse, atol=1e-3, rtol=1e-3)
