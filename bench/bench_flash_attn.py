@@ -12,7 +12,13 @@ op (argument checks, plan, mask cache, host lists for ``cu_seqlens``). Cases, on
    tokens): ``flash_attn_varlen_func`` per layer vs. ``cu.tolist()`` once per step and ``npu_fusion_attention(...,
    "TND", actual_seq_qlen=ends, actual_seq_kvlen=ends, sparse_mode=3, atten_mask=mask)`` per layer; the
    device-to-host syncs per step of each are printed;
-3. forward + backward of case 1.
+3. forward + backward of case 1;
+4. a decode step under ``torch.inference_mode`` through a 12-layer stack (B=2, GQA 8/2 heads, a 512-slot cache
+   holding 256 tokens, lengths in an inference tensor as nanochat's Engine keeps them):
+   ``flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens, causal=True)`` per layer vs. the
+   hand port's ``seqlens.tolist()`` once per step, its own cache writes and ``npu_fused_infer_attention_score(...,
+   actual_seq_lengths_kv=lens)`` per layer. The provider reads nothing (a device mask over the whole cache width),
+   the hand port one read per step; the time difference is the price of attending over the full width.
 
 Each case runs a warm-up, then ``--runs`` repetitions interleaved (provider and hand port back to back, the order
 alternating per repetition), and reports the median per-call time of each, their ratio provider/hand-port, and the
@@ -192,6 +198,41 @@ def main() -> None:
     checks.append(("3 (grads)", lambda: grads(prov3), lambda: grads(hand3)))
     cases.append(Case(f"3  dense causal fwd+bwd B{B} S{S}", fwd_bwd(prov3), fwd_bwd(hand3)))
 
+    # 4: decode step, 12 layers, inference mode
+    n_dec, cap, fill, hk = 12, 512, 256, 2
+    with torch.inference_mode():
+        dec_caches = [(rnd(B, cap, hk, D), rnd(B, cap, hk, D)) for _ in range(n_dec)]
+        dq, dk, dv = rnd(B, 1, H, D), rnd(B, 1, hk, D), rnd(B, 1, hk, D)
+
+    def dec_lengths():
+        with torch.inference_mode():
+            return torch.full((B,), fill, dtype=torch.int32, device="npu")
+
+    def prov4(seqlens):
+        with torch.inference_mode():
+            for kc, vc in dec_caches:
+                out = flash_attn.flash_attn_with_kvcache(dq, kc, vc, k=dk, v=dv, cache_seqlens=seqlens, causal=True)
+            seqlens += 1
+        return out
+
+    def hand4(seqlens):
+        with torch.inference_mode():
+            lens = seqlens.tolist()  # the hand port's one read per step
+            rows, pos = torch.arange(B, device="npu"), seqlens.long()
+            for kc, vc in dec_caches:
+                kc[rows, pos] = dk[:, 0]
+                vc[rows, pos] = dv[:, 0]
+                out = torch_npu.npu_fused_infer_attention_score(
+                    dq, kc, vc, num_heads=H, num_key_value_heads=hk, input_layout="BSND", scale=scale,
+                    actual_seq_lengths_kv=[n + 1 for n in lens])[0]
+            seqlens += 1
+        return out
+
+    checks.append(("4", lambda: prov4(dec_lengths()), lambda: hand4(dec_lengths())))
+    case4 = Case(f"4  decode step x{n_dec} layers (inference)", prov4, hand4, calls=n_dec, unit="layer",
+                 setup=dec_lengths)
+    cases.append(case4)
+
     same = {name: torch.equal(p().cpu(), h().cpu()) for name, p, h in checks}
 
     start = time.perf_counter()
@@ -207,8 +248,9 @@ def main() -> None:
         print(case.line())
     print(f"device-to-host syncs (varlen lengths {list(VARLEN_LENS)}, one fresh cu_seqlens per step):")
     print(case2.sync_line("step"))
+    print(case4.sync_line("decode step"))
     for case in cases:
-        if case is not case2:
+        if case not in (case2, case4):
             print(case.sync_line(f"{case.calls} call{'s' if case.calls > 1 else ''}"))
 
 

@@ -8,8 +8,10 @@ What users feel is the step, not the call. Three cases on the emulated NPU (sim 
 (b) a Hugging Face ``Trainer`` training step (``trainer.training_step`` + optimizer step, where accelerate and
     transformers ask ``is_available``/``is_cuda`` from library frames), built and run with the shim active,
     against a second Trainer built and run with the shim inactive;
-(c) a decode loop: ``flash_attn_with_kvcache`` in every layer of a ``--layers`` deep stack, one token per step,
-    through the shim's flash_attn provider: device-to-host syncs per token and time per token.
+(c) decode through the shim's flash_attn provider, device-to-host syncs and time per token: (c1) nanochat's
+    Engine loop reduced to its device traffic (inference mode, FA3 ``flash_attn_with_kvcache`` in each of
+    ``--layers`` layers, lengths advanced in place, the sampler's ``.tolist()``: 1 sync per token is the floor);
+    (c2) transformers ``generate`` on a padded batch with ``flash_attention_2`` against ``sdpa``.
 
 (a) and (b) interleave rounds (shim, hand port, hand port, shim, ...) and print the ratio of medians.
 Both sides of (a) start from the same weights and batches; their losses are compared once.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -72,8 +75,11 @@ def gpt_runner(device: str, batches):
     return step, losses
 
 
-def hf_runner():
-    """A tiny Llama under a real ``Trainer``; returns one optimizer step as a callable."""
+def hf_runner(optim="adamw_torch_fused"):
+    """A tiny Llama under a real ``Trainer``; returns one optimizer step as a callable.
+
+    The CUDA script asks for ``adamw_torch_fused`` (transformers' default); its hand port for ``"npu"`` asks for
+    ``adamw_torch_npu_fused``, what the shim maps the former to, so both sides run the same optimizer."""
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
     torch.manual_seed(0)
@@ -81,7 +87,8 @@ def hf_runner():
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     model = LlamaForCausalLM(cfg)
     args = TrainingArguments(output_dir="/tmp/ascend_shim_bench_step", per_device_train_batch_size=4,
-                             report_to=[], bf16=True, max_steps=1, save_strategy="no", logging_strategy="no")
+                             report_to=[], bf16=True, max_steps=1, save_strategy="no", logging_strategy="no",
+                             optim=optim)
     trainer = Trainer(model=model, args=args)
     trainer.create_optimizer_and_scheduler(num_training_steps=10_000)
     trainer.current_gradient_accumulation_steps = 1  # what train() sets before its first step
@@ -91,17 +98,38 @@ def hf_runner():
     def step(_i):
         trainer.training_step(trainer.model, dict(batch))
         trainer.optimizer.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.optimizer.zero_grad()  # NpuFusedAdamW (both sides) keeps its flat grad buffers
 
     return step
 
 
 def timed(step, n, start):
-    t0 = time.perf_counter()
+    """(wall, process cpu) seconds per step, after one untimed step: switching the shim on or off between rounds
+    walks the loaded modules, which leaves the caches cold for whichever side runs next."""
+    step(start)
+    torch.npu.synchronize()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(start, start + n):
         step(i)
     torch.npu.synchronize()
-    return (time.perf_counter() - t0) / n
+    return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
+
+
+def python_calls(step, n, start):
+    """Python-level calls (functions and builtins) per step: the shim's added work, free of timing noise."""
+    count = [0]
+
+    def prof(_frame, event, _arg):
+        if event in ("call", "c_call"):
+            count[0] += 1
+
+    sys.setprofile(prof)
+    try:
+        for i in range(start, start + n):
+            step(i)
+    finally:
+        sys.setprofile(None)
+    return count[0] / n
 
 
 def under(active, fn, *args):
@@ -123,33 +151,89 @@ def compare(name, shim_step, hand_step, rounds, steps):
     for r in range(rounds):
         for active in ((True, False) if r % 2 == 0 else (False, True)):
             times[active].append(under(active, timed, steps_of[active], steps, 1 + r * steps))
-    a, b = statistics.median(times[True]), statistics.median(times[False])
-    print(f"  {name:34s} hand-port {b * 1e3:8.2f} ms  shim {a * 1e3:8.2f} ms  ratio {a / b:.3f}")
+    wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
+    fastest = {k: min(t[0] for t in v) for k, v in times.items()}
+    paired = statistics.median(a[0] / b[0] for a, b in zip(times[True], times[False]))  # same round, back to back
+    calls = {k: under(k, python_calls, steps_of[k], 3, 1 + rounds * steps) for k in (True, False)}
+    print(f"  {name:34s} hand-port {wall[False] * 1e3:8.2f} ms  shim {wall[True] * 1e3:8.2f} ms  "
+          f"ratio {wall[True] / wall[False]:.3f}  (median of paired rounds {paired:.3f}, fastest rounds "
+          f"{fastest[True] / fastest[False]:.3f})")
+    print(f"      python calls per step: hand-port {calls[False]:.0f}  shim {calls[True]:.0f} "
+          f"(+{calls[True] - calls[False]:.0f})")
 
 
-def decode(layers, tokens, heads=8, dim=64, max_len=256):
-    from flash_attn import flash_attn_with_kvcache
+def decode_engine(layers, tokens, heads=2, dim=64, prompt=16, batch=2, window=8):
+    """nanochat's Engine, reduced to its device traffic: everything under ``torch.inference_mode`` (the KV cache
+    and ``cache_seqlens`` are inference tensors), FA3 ``flash_attn_with_kvcache`` in every layer with a sliding
+    window, ``cache_seqlens += T`` after the last layer, the sampler's ``.tolist()`` once per token."""
+    from flash_attn_interface import flash_attn_with_kvcache
 
-    dev = "cuda"
-    caches = [(torch.zeros(1, max_len, heads, dim, device=dev, dtype=torch.bfloat16),
-               torch.zeros(1, max_len, heads, dim, device=dev, dtype=torch.bfloat16)) for _ in range(layers)]
-    seqlens = torch.zeros(1, dtype=torch.int32, device=dev)
-    q = torch.randn(1, 1, heads, dim, device=dev, dtype=torch.bfloat16)
+    dev, dt = "cuda", torch.bfloat16
+    g = torch.Generator().manual_seed(0)
+    proj = [torch.randn(heads * dim, 3 * heads * dim, generator=g).to(dt) * dim ** -0.5 for _ in range(layers)]
+    head = torch.randn(heads * dim, 256, generator=g).to(dt)
+    emb = torch.randn(256, heads * dim, generator=g).to(dt)
     with torch.inference_mode():
-        for _ in range(2):  # warm-up
-            for k, v in caches:
-                flash_attn_with_kvcache(q, k, v, q, q, cache_seqlens=seqlens, causal=True)
-            seqlens += 1
+        proj, head, emb = [w.to(dev) for w in proj], head.to(dev), emb.to(dev)
+        k_cache = torch.zeros(layers, batch, prompt + tokens + 2, heads, dim, device=dev, dtype=dt)
+        v_cache = torch.zeros_like(k_cache)
+        seqlens = torch.zeros(batch, dtype=torch.int32, device=dev)
+
+        def forward(ids):
+            x = emb[ids]  # (B, T, C)
+            B, T, _ = x.shape
+            for i, w in enumerate(proj):
+                q, k, v = (x @ w).view(B, T, 3, heads, dim).unbind(2)
+                y = flash_attn_with_kvcache(q, k_cache[i], v_cache[i], k=k, v=v, cache_seqlens=seqlens,
+                                            causal=True, window_size=(window if i % 2 == 0 else -1, 0))
+                x = x + y.reshape(B, T, -1)
+            seqlens.add_(T)
+            return x[:, -1] @ head
+
+        ids = torch.randint(0, 256, (batch, prompt), generator=g).to(dev)
+        logits = forward(ids)
         s0, t0 = counters.d2h_syncs(), time.perf_counter()
         for _ in range(tokens):
-            x = q
-            for k, v in caches:
-                x = flash_attn_with_kvcache(x, k, v, q, q, cache_seqlens=seqlens, causal=True)
-            seqlens += 1
-            x.sum().item()  # the sampler's one read per token
-        dt, syncs = time.perf_counter() - t0, counters.d2h_syncs() - s0
-    print(f"  decode, {layers} layers: {syncs / tokens:.2f} syncs per token (1 is the sampler's read), "
-          f"{dt / tokens * 1e3:.2f} ms per token")
+            nxt = logits.argmax(-1, keepdim=True)
+            nxt.tolist()  # the sampler's one read per token
+            logits = forward(nxt)
+        dt_tok, syncs = (time.perf_counter() - t0) / tokens, (counters.d2h_syncs() - s0) / tokens
+    print(f"  (c1) nanochat-style engine, {layers} layers, inference_mode: {syncs:.2f} syncs per token "
+          f"(the sampler's read is 1), {dt_tok * 1e3:.2f} ms per token")
+
+
+def decode_generate(layers, tokens):
+    """transformers ``generate`` on a tiny Llama, a left-padded batch of 2, greedy: flash_attention_2 (the NPU
+    integration's varlen function, routed to the provider) against sdpa, syncs and time per generated token."""
+    from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
+
+    marks = []
+
+    class Mark(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            marks.append((counters.d2h_syncs(), time.perf_counter()))
+            return scores
+
+    cfg = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=layers,
+               num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+    ids = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    out = {}
+    for attn in ("flash_attention_2", "sdpa"):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation=attn)).to("cuda", torch.float16).eval()
+        marks.clear()
+        toks = model.generate(ids.to("cuda"), attention_mask=mask.to("cuda"), max_new_tokens=tokens,
+                              min_new_tokens=tokens, do_sample=False, pad_token_id=0,
+                              logits_processor=LogitsProcessorList([Mark()]))
+        (s0, t0), (s1, t1) = marks[1], marks[-1]
+        n = len(marks) - 2
+        out[attn] = toks.tolist()
+        print(f"  (c2) transformers generate, {layers} layers, padded batch 2, {attn:17s}: "
+              f"{(s1 - s0) / n:.2f} syncs per token, {(t1 - t0) / n * 1e3:.2f} ms per token")
+    print(f"       same tokens flash_attention_2 / sdpa: {out['flash_attention_2'] == out['sdpa']} (transformers "
+          f"itself reads max_seqlen once per layer when padded, and once per token to stop)")
 
 
 def main():
@@ -174,10 +258,13 @@ def main():
     print(f"      losses identical step for step: {same} ({len(shim_losses)} steps each)")
 
     if not args.skip_hf:
-        compare("(b) HF Trainer step", under(True, hf_runner), hf_runner(), args.rounds, args.steps)
+        compare("(b) HF Trainer step", under(True, hf_runner), hf_runner("adamw_torch_npu_fused"), args.rounds,
+                args.steps)
 
     print("(c) decode through the flash_attn provider (shim active):")
-    under(True, decode, args.layers, args.tokens)
+    under(True, decode_engine, args.layers, args.tokens)
+    if not args.skip_hf:
+        under(True, decode_generate, args.layers, args.tokens)
 
 
 if __name__ == "__main__":

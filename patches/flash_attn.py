@@ -83,4 +83,37 @@ def provide(ctx):
     return None
 
 
+@flash_attn.patch("transformers.integrations.npu_flash_attention:npu_flash_attn_varlen_func",
+                  id="flash_attn.transformers_varlen", requires={"transformers": ">=4.50,<5.24"},
+                  covers=("transformers.integrations.npu_flash_attention.npu_flash_attn_varlen_func",),
+                  why="on an NPU transformers' flash_attention_2 runs its own varlen function, which reads "
+                      "cu_seqlens_q and cu_seqlens_k to the host in every layer: two syncs per layer per "
+                      "generated token when a batch is padded.",
+                  what="the call goes to the shim's flash_attn provider (same attention, bottom-right causal as "
+                       "transformers' default NPU_FA2_SPARSE_MODE=3): a decode step (one query per sequence) "
+                       "makes no sync, a prefill one read for both lengths. With NPU_FA2_SPARSE_MODE=2 (top-left "
+                       "causal), without max_seqlen_q/max_seqlen_k or with other arguments, transformers' own "
+                       "function runs.",
+                  remove_when="transformers' NPU flash-attention integration keeps sequence lengths on the device")
+def transformers_varlen(ctx):
+    import functools
+
+    orig = ctx.original
+    module = __import__("transformers.integrations.npu_flash_attention", fromlist=["SPARSE_MODE"])
+
+    @functools.wraps(orig)
+    def npu_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+                                   dropout_p=0.0, softmax_scale=None, causal=False, **kwargs):
+        if (max_seqlen_q is None or max_seqlen_k is None or (causal and getattr(module, "SPARSE_MODE", 3) != 3)
+                or not set(kwargs) <= {"window_size", "softcap", "deterministic", "alibi_slopes"}):
+            return orig(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=dropout_p,
+                        softmax_scale=softmax_scale, causal=causal, **kwargs)
+        from .fa2 import flash_attn_varlen_func
+
+        return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                      dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, **kwargs)
+
+    return npu_flash_attn_varlen_func
+
+
 PATCH_SETS = [flash_attn]

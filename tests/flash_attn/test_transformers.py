@@ -2,12 +2,13 @@
 
 Finding (transformers 5.23.0): with the shim active, ``import torch_npu`` succeeds and ``torch.npu.is_available()``
 is True, so ``modeling_flash_attention_utils._lazy_imports`` takes its **first** branch, ``is_torch_npu_available()``
--> ``transformers.integrations.npu_flash_attention`` (its own ``npu_fusion_attention`` calls: BSND + the compressed
-causal mask + sparse_mode 3, TND varlen for padded batches). It never imports ``flash_attn``: that branch comes
-before the FA2 one, and ``is_flash_attn_2_available()`` is False anyway without CUDA/MLU/MUSA even though our
-provider makes the ``flash_attn`` distribution visible. So transformers' FA2 path does NOT go through this
-provider; the provider serves code that imports ``flash_attn`` itself. This test proves both halves: the fused op
-is called once per layer, no provider function is called, and the logits match ``eager``.
+-> ``transformers.integrations.npu_flash_attention``. It never imports ``flash_attn`` (that branch comes first, and
+``is_flash_attn_2_available()`` is False without CUDA). Its dense function calls ``npu_fusion_attention`` itself;
+its varlen function (padded batches) reads both ``cu_seqlens`` to the host in every layer, so the shim routes it to
+the provider (patch ``flash_attn.transformers_varlen``): a padded ``generate`` then makes no sync of the provider's
+in any decode step. This test proves: unpadded calls never reach the provider, padded calls do (one fused op per
+layer either way), logits match ``eager``, greedy ``generate`` with padding gives eager's tokens, and the provider's
+calls during decode read nothing to the host.
 
 Runs in a subprocess: transformers caches ``is_torch_npu_available()`` at import time.
 """
@@ -29,12 +30,17 @@ import torch
 import ascend_shim
 ascend_shim.activate(backend="sim", inherit=False)
 import flash_attn, flash_attn.flash_attn_interface as fai
-PROVIDER_CALLS = []
+from ascend_shim.sim import counters
+PROVIDER_CALLS, DECODE_SYNCS = [], []
 for name in ("flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"):
     real = getattr(fai, name)
     def spy(*a, _real=real, _name=name, **kw):
         PROVIDER_CALLS.append(_name)
-        return _real(*a, **kw)
+        before = counters.d2h_syncs()
+        out = _real(*a, **kw)
+        if _name == "flash_attn_varlen_func" and a[5] == 1:  # max_seqlen_q == 1: a decode step
+            DECODE_SYNCS.append(counters.d2h_syncs() - before)
+        return out
     setattr(fai, name, spy)
     setattr(flash_attn, name, spy)
 import transformers
@@ -59,15 +65,19 @@ am[1, :3] = 0
 out = {}
 for case, kw in {"unpadded": dict(input_ids=ids), "padded": dict(input_ids=ids, attention_mask=am)}.items():
     counters.reset()
+    PROVIDER_CALLS.clear()
     with torch.no_grad():
         l_fa = fa2(**kw).logits.float().cpu()
         fa_calls = counters.op_calls("npu_fusion_attention")
         l_e = eager(**kw).logits.float().cpu()
     valid = (kw.get("attention_mask", torch.ones_like(ids))).cpu().bool()
     out[case] = {"fused_calls": fa_calls, "diff": (l_fa - l_e)[valid].abs().max().item(),
-                 "scale": l_e[valid].abs().max().item()}
+                 "scale": l_e[valid].abs().max().item(), "provider_calls": list(PROVIDER_CALLS)}
 res["cases"] = out
-res["provider_calls"] = PROVIDER_CALLS
+PROVIDER_CALLS.clear()
+gen = dict(input_ids=ids, attention_mask=am, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+res["tokens_equal"] = fa2.generate(**gen).tolist() == eager.generate(**gen).tolist()
+res["decode_calls"], res["decode_syncs"] = len(DECODE_SYNCS), sum(DECODE_SYNCS)
 print("RESULT " + json.dumps(res))
 ''')
 
@@ -83,7 +93,12 @@ def test_transformers_flash_attention_2_matches_eager_via_native_npu_path():
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
     assert res["npu_available"] and not res["fa2_available"], res
-    assert res["provider_calls"] == [], res  # transformers' native NPU integration, not our provider
+    # transformers' native dense NPU call when unpadded; its varlen function routed to the provider when padded
+    assert res["cases"]["unpadded"]["provider_calls"] == [], res
+    assert res["cases"]["padded"]["provider_calls"] == ["flash_attn_varlen_func"] * 2, res
     for case, r in res["cases"].items():
         assert r["fused_calls"] == 2, (case, r)  # one npu_fusion_attention per layer
         assert r["diff"] <= 3e-2 * max(1.0, r["scale"]), (case, r)
+    assert res["tokens_equal"], res
+    assert res["decode_calls"] == 2 * 5, res  # 2 layers x 5 decode steps after the prefill
+    assert res["decode_syncs"] == 0, res

@@ -6,12 +6,17 @@ into ``k_cache``/``v_cache`` at rows ``cache_seqlens[b] + t`` of cache row ``cac
 ``block_table[b]`` names); attend over the first ``cache_seqlens[b] + seqlen_new`` keys with the band anchored
 bottom-right on that length. No backward.
 
-Mapping: the writes are device index_put_ (no sync); the per-batch key lengths are host lists for the op
-(``actual_seq_lengths_kv``), read once per distinct ``cache_seqlens`` tensor version (``_hostlists``: every layer
-of a decode step shares one read; ``cache_seqlens += 1`` between steps invalidates it). Decode (seqlen_q == 1) takes
-the op's incremental path (a left window becomes a (B, KV_S) bool mask); seqlen_q > 1 its prompt path with
-sparse_mode 3 (causal) / 4 (band) and the compressed mask. Paged caches go to the op as (blocks, page, Hk*D) with
-``block_table``. ``softcap``, ALiBi, head dims the prompt path rejects (D % 16) and page sizes it rejects run the
+Mapping: the writes are device index_put_ (no sync). Decode (seqlen_q == 1) with device ``cache_seqlens`` reads
+no lengths to the host: it attends over the whole cache width through the op's incremental path with a (B, width)
+bool mask built on the device from ``cache_seqlens + seqlen_new`` (and the left window edge), so a decode step of
+any depth makes no sync of its own, also under ``torch.inference_mode`` (paged caches: the op gets the full page
+count, unused ``block_table`` entries clamped to a real page, all hidden by the mask). A prefill into a dense cache
+(the queries' own keys appended, mask at most ``PREFILL_MASK_LIMIT`` elements) does the same on the prompt path
+with an explicit (B, 1, Sq, width) band mask, sparse_mode 0. With host lengths (an int, None, a cpu tensor) the
+per-batch key lengths go to the op as ``actual_seq_lengths_kv``. Other prompt-path calls (paged, no new keys, a
+larger mask) read them to the host (``_hostlists``: one read per distinct ``cache_seqlens`` tensor version,
+shared by every layer; an inference tensor is read per call) and take sparse_mode 3 (causal) / 4 (band) with the
+compressed mask. Paged caches go to the op as (blocks, page, Hk*D) with ``block_table``. ``softcap``, ALiBi, head dims the prompt path rejects (D % 16) and page sizes it rejects run the
 exact reference (recorded); ``cache_leftpad`` raises UnsupportedOnNPUError; ``num_splits`` is a CUDA scheduling
 hint and has no effect.
 """
@@ -26,16 +31,50 @@ from ascend_shim.report import REPORT
 
 from . import _hostlists, _npu, _reference, _rotary
 
+#: largest B * seqlen_q * cache width a prefill masks on the device instead of reading the lengths (16 MB of bool)
+PREFILL_MASK_LIMIT = 1 << 24
 
-def _lengths(cache_seqlens, batch: int, capacity: int, device):
-    """(host list, device long tensor) of the cache lengths before the append."""
+
+def _lengths(cache_seqlens, batch: int, capacity: int, device, host: bool = True):
+    """(host list, device long tensor) of the cache lengths before the append.
+
+    The host list is None when ``host`` is False and the lengths live on the device: decode never reads them.
+    """
     if cache_seqlens is None:
         lens = [capacity] * batch
         return lens, torch.full((batch,), capacity, dtype=torch.long, device=device)
     if isinstance(cache_seqlens, int):
         return [cache_seqlens] * batch, torch.full((batch,), cache_seqlens, dtype=torch.long, device=device)
-    (lens,) = _hostlists.host_lists(cache_seqlens)
+    lens = _hostlists.host_lists(cache_seqlens)[0] if host or cache_seqlens.device.type == "cpu" else None
     return lens, cache_seqlens.to(device=device, dtype=torch.long)
+
+
+def _decode_mask(kv_len_dev, width: int, left: int):
+    """(B, width) bool, True = masked: keys at or past each row's length, and before its left window edge.
+
+    Built on the device from the device lengths, so a decode step never reads them to the host.
+    """
+    col = torch.arange(width, device=kv_len_dev.device).view(1, -1)
+    end = kv_len_dev.view(-1, 1)
+    mask = col >= end
+    if left >= 0:  # the one query row sees keys [len - 1 - left, len - 1]
+        mask |= col < end - 1 - left
+    return mask
+
+
+def _prefill_mask(kv_len_dev, sq: int, width: int, left: int, right: int):
+    """(B, 1, Sq, width) bool, True = masked: query i of row b sees keys up to its length, in its band anchored
+    bottom-right on that length (flash-attn's rule), built on the device. Only used when the queries' own keys
+    were just appended, so every query sees at least its own key."""
+    col = torch.arange(width, device=kv_len_dev.device).view(1, 1, -1)
+    end = kv_len_dev.view(-1, 1, 1)
+    diag = torch.arange(sq, device=kv_len_dev.device).view(1, -1, 1) + end - sq  # query i's own position
+    mask = (col >= end).expand(-1, sq, -1)
+    if right >= 0:
+        mask = mask | (col > diag + right)
+    if left >= 0:
+        mask = mask | (col < diag - left)
+    return mask.unsqueeze(1).contiguous()
 
 
 def _append(k_cache, v_cache, k, v, lens_dev, cache_batch_idx, block_table):
@@ -96,8 +135,21 @@ def with_kvcache(q, k_cache, v_cache, k=None, v=None, *, rotary_cos=None, rotary
     page = k_cache.shape[1] if block_table is not None else 0
     capacity = block_table.shape[1] * page if block_table is not None else k_cache.shape[1]
     scale = D ** -0.5 if softmax_scale is None else float(softmax_scale)
-    lens, lens_dev = _lengths(cache_seqlens, B, capacity, q.device)
+    reason = ""
+    if softcap > 0:
+        reason = f"softcap={softcap}: the inference ops have no softcap"
+    elif alibi_slopes is not None:
+        reason = "alibi_slopes: the inference ops' pse_shift is not mapped"
+    elif Sq > 1 and D % 16 != 0:
+        reason = f"head_dim {D} (the prompt path needs D % 16 == 0)"
+    elif Sq > 1 and block_table is not None and not (page % 128 == 0 and 128 <= page <= 512):
+        reason = f"page size {page} (the prompt path needs a multiple of 128 in [128, 512])"
     knew = k.shape[1] if k is not None else 0
+    # decode reads no lengths to the host: its mask is built on the device (one sync per token is the sampler's);
+    # so does a prefill that appends its queries' own keys into a dense cache, while its mask stays small
+    device_mask = not reason and (Sq == 1 or (knew == Sq and block_table is None
+                                              and B * Sq * k_cache.shape[1] <= PREFILL_MASK_LIMIT))
+    lens, lens_dev = _lengths(cache_seqlens, B, capacity, q.device, host=not device_mask)
     left, right = _npu.normalize_window(causal and not (Sq == 1 and alibi_slopes is None), window_size, capacity)
 
     if rotary_cos is not None and k is not None:
@@ -109,17 +161,8 @@ def with_kvcache(q, k_cache, v_cache, k=None, v=None, *, rotary_cos=None, rotary
         q = _rotary.rotate_at(q, rotary_cos, rotary_sin, qpos, rotary_interleaved, api)
     if k is not None:
         _append(k_cache, v_cache, k, v, lens_dev, cache_batch_idx, block_table)
-    kv_lens = [n + knew for n in lens]
+    kv_lens = [n + knew for n in lens] if lens is not None else None
 
-    reason = ""
-    if softcap > 0:
-        reason = f"softcap={softcap}: the inference ops have no softcap"
-    elif alibi_slopes is not None:
-        reason = "alibi_slopes: the inference ops' pse_shift is not mapped"
-    elif Sq > 1 and D % 16 != 0:
-        reason = f"head_dim {D} (the prompt path needs D % 16 == 0)"
-    elif Sq > 1 and block_table is not None and not (page % 128 == 0 and 128 <= page <= 512):
-        reason = f"page size {page} (the prompt path needs a multiple of 128 in [128, 512])"
     if reason:
         REPORT.fallback(api, reason + "; exact reference attention")
         return _reference_attention(q, k_cache, v_cache, kv_lens, cache_batch_idx, block_table, scale=scale, left=left,
@@ -128,24 +171,37 @@ def with_kvcache(q, k_cache, v_cache, k=None, v=None, *, rotary_cos=None, rotary
     if block_table is not None:
         kc = k_cache.reshape(k_cache.shape[0], page, Hk * D)
         vc = v_cache.reshape(v_cache.shape[0], page, Hk * v_cache.shape[-1])
-        width = -(-max(kv_lens) // page) * page
+        width = (-(-max(kv_lens) // page) * page) if kv_lens is not None else capacity
     else:
         kc = k_cache[:B] if cache_batch_idx is None else k_cache.index_select(0, cache_batch_idx.long())
         vc = v_cache[:B] if cache_batch_idx is None else v_cache.index_select(0, cache_batch_idx.long())
         width = kc.shape[1]
-    common = dict(num_heads=H, num_key_value_heads=Hk, input_layout="BSND", scale=scale,
-                  actual_seq_lengths_kv=kv_lens, block_table=block_table, block_size=page, softmax_lse_flag=True)
+    common = dict(num_heads=H, num_key_value_heads=Hk, input_layout="BSND", scale=scale, block_size=page,
+                  softmax_lse_flag=True)
     fia = _npu.npu().npu_fused_infer_attention_score
     if Sq == 1:
         mask = None
-        if left >= 0:  # the one query row sees keys [len - 1 - left, len - 1]
-            first = torch.tensor([n - 1 - left for n in kv_lens], device=q.device).view(-1, 1)
-            mask = torch.arange(width, device=q.device).view(1, -1) < first
-        out, lse = fia(q, kc, vc, atten_mask=mask, **common)
+        if kv_lens is None:  # lengths on the device: attend over the whole width, the mask hides the rest
+            mask = _decode_mask(lens_dev + knew, width, left)
+            table = block_table
+            if block_table is not None:  # every page is read now: unused table entries must name a real page
+                table = block_table.clamp(0, k_cache.shape[0] - 1)
+                kv_lens = [width] * B  # paged attention needs lengths; the mask does the rest
+            out, lse = fia(q, kc, vc, atten_mask=mask, actual_seq_lengths_kv=kv_lens, block_table=table, **common)
+        else:
+            if left >= 0:  # the one query row sees keys [len - 1 - left, len - 1]
+                first = torch.tensor([n - 1 - left for n in kv_lens], device=q.device).view(-1, 1)
+                mask = torch.arange(width, device=q.device).view(1, -1) < first
+            out, lse = fia(q, kc, vc, atten_mask=mask, actual_seq_lengths_kv=kv_lens, block_table=block_table,
+                           **common)
+    elif kv_lens is None:  # a prefill with device lengths: an explicit (B, 1, Sq, width) mask, sparse_mode 0
+        mask = _prefill_mask(lens_dev + knew, Sq, width, left, right)
+        out, lse = fia(q, kc, vc, atten_mask=mask, sparse_mode=0, **common)
     else:
         plan = _npu._band(_npu.Plan(left, right), q.device, Sq, max(kv_lens))
         out, lse = fia(q, kc, vc, atten_mask=plan.mask, actual_seq_lengths=[Sq] * B, sparse_mode=plan.mode,
-                       pre_tokens=plan.pre, next_tokens=plan.nxt, **common)
+                       pre_tokens=plan.pre, next_tokens=plan.nxt, actual_seq_lengths_kv=kv_lens,
+                       block_table=block_table, **common)
     lse = lse.reshape(B, H, Sq)
     lse = torch.where(lse <= _npu.INVALID_ROW_MAX, torch.full_like(lse, math.inf), lse)
     return out, lse

@@ -18,7 +18,9 @@ Exactly flash-attn's semantics (``_reference.py`` states them), mapped onto the 
   ``REPORT.fallback``; ``deterministic=True`` is honoured when ``torch.use_deterministic_algorithms`` is on and
   reported otherwise (the op has no per-call switch);
 * varlen: ``cu_seqlens`` become the host lists the TND layout wants (``cu_seqlens[1:]``, cumulative ends without
-  the leading 0), one device-to-host sync per distinct tensor per step (``_hostlists``).
+  the leading 0), one device-to-host sync per distinct tensor per step (``_hostlists``). A decode step (one query
+  per sequence, ``max_seqlen_q == 1``, no autograd) reads nothing: keys gathered into a padded batch, masked on
+  the device, through the inference op's incremental path (``varlen_decode``).
 """
 from __future__ import annotations
 
@@ -264,6 +266,40 @@ def gather_paged(k_cache, block_table, k_ends: list[int]) -> torch.Tensor:
     return torch.cat(parts) if parts else k_cache.new_zeros(0, *k_cache.shape[2:])
 
 
+def _is_decode_step(q, k, v, cu_seqlens_q, max_seqlen_q, dropout_p, softcap, alibi_slopes, block_table) -> bool:
+    """One query per sequence (``max_seqlen_q == 1`` and as many queries as sequences), device lengths, no
+    autograd, nothing the reference would have to run: a generation step, served without reading the lengths."""
+    return (int(max_seqlen_q) == 1 and q.shape[0] == cu_seqlens_q.shape[0] - 1 and block_table is None
+            and cu_seqlens_q.device.type != "cpu" and dropout_p == 0 and not softcap > 0 and alibi_slopes is None
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
+
+
+def varlen_decode(q, k, v, cu_seqlens_k, max_seqlen_k: int, *, scale: float, window) -> Result:
+    """A varlen decode step (one query per sequence, as transformers' ``generate`` with padding sends) with no
+    device-to-host sync: the keys are gathered into a (B, max_seqlen_k) padded batch on the device and the op's
+    incremental path masks each row past its length (and before its left window edge); the lengths stay on the
+    device. Row b's only query sits at its last key (bottom-right alignment), so ``causal`` hides nothing."""
+    B, H, D = q.shape
+    width = max(int(max_seqlen_k), 1)
+    starts = cu_seqlens_k[:-1].long()
+    lens = cu_seqlens_k[1:].long() - starts
+    col = torch.arange(width, device=q.device).view(1, -1)
+    idx = (starts.view(-1, 1) + col).clamp_(0, max(k.shape[0] - 1, 0))
+    kp, vp = k[idx], v[idx]  # (B, width, Hk, D)
+    mask = col >= lens.view(-1, 1)
+    left = window[0]
+    if left >= 0:
+        mask |= col < lens.view(-1, 1) - 1 - left
+    out, lse = npu().npu_fused_infer_attention_score(q.view(B, 1, H, D), kp, vp, atten_mask=mask, num_heads=H,
+                                                     num_key_value_heads=k.shape[1], input_layout="BSND",
+                                                     scale=scale, softmax_lse_flag=True)
+    empty = (lens == 0).view(B, 1, 1)  # a sequence with no key: flash-attn's zeros and lse +inf
+    out = torch.where(empty, torch.zeros((), dtype=out.dtype, device=out.device), out.view(B, H, D))
+    lse = lse.reshape(B, H).float()
+    lse = torch.where((lse <= INVALID_ROW_MAX) | empty.view(B, 1), torch.full_like(lse, math.inf), lse)
+    return Result(out, lse_ref=lse.t().contiguous(), tnd=True)
+
+
 def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, dropout_p=0.0, softmax_scale=None,
            causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
            block_table=None, api="flash_attn_varlen_func") -> Result:
@@ -271,6 +307,9 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, d
     check_inputs(api, q, k, v)
     note_deterministic(deterministic, api)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
+    if _is_decode_step(q, k, v, cu_seqlens_q, max_seqlen_q, dropout_p, softcap, alibi_slopes, block_table):
+        return varlen_decode(q, k, v, cu_seqlens_k, int(max_seqlen_k), scale=scale,
+                             window=normalize_window(causal, window_size, int(max_seqlen_k)))
     q_ends, k_ends = varlen_ends(cu_seqlens_q, cu_seqlens_k, api)
     if block_table is not None:
         k, v = gather_paged(k, block_table, k_ends), gather_paged(v, block_table, k_ends)
