@@ -108,7 +108,7 @@ def transformers_varlen(ctx):
                 or not set(kwargs) <= {"window_size", "softcap", "deterministic", "alibi_slopes"}):
             return orig(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=dropout_p,
                         softmax_scale=softmax_scale, causal=causal, **kwargs)
-        from .fa2 import flash_attn_varlen_func
+        from ascend_shim.providers.flash_attn.fa2 import flash_attn_varlen_func
 
         return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, **kwargs)
