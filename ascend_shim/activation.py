@@ -7,7 +7,6 @@ cannot un-rename its PrivateUse1 backend); only the patches go.
 from __future__ import annotations
 
 import atexit
-import fnmatch
 import logging
 import os
 import sys
@@ -17,10 +16,11 @@ from pathlib import Path
 
 from . import backend as backend_mod
 from . import hooks, patching, versions
+from .selection import patch_disabled, set_status, validate_ids
 from .config import Config
 from .context import PatchContext
-from .errors import ConfigError, NotNeeded, StrictModeError, TargetMissing
-from .registry import Patch, PatchSet, all_patch_sets
+from .errors import NotNeeded, StrictModeError, TargetMissing
+from .registry import Patch, all_patch_sets
 from .report import REPORT, format_summary, is_root_process, process_rank, report_path_for_process
 
 log = logging.getLogger("ascend_shim")
@@ -34,6 +34,7 @@ class _State:
         self.config: Config | None = None
         self.backend = ""
         self.selected: dict[str, list[Patch]] = {}  # module -> patches to apply on its import
+        self.projects: dict[str, versions.Project] = {}  # set id -> its project gate
         self.undos: list[tuple[str, object]] = []  # (patch id, undo) in application order
         self.unswept: list[patching.Change] = []  # changes whose `from x import y` copies are not rebound yet
         self.env_backup: dict[str, str | None] = {}
@@ -43,57 +44,6 @@ class _State:
 _state = _State()
 _lock = threading.RLock()
 _atexit_registered = False
-
-
-# -- selection ----------------------------------------------------------------------------------------------
-def _matches(ident: str, patterns) -> bool:
-    return any(fnmatch.fnmatchcase(ident, p) for p in patterns)
-
-
-def _validate_ids(config: Config, sets: list[PatchSet]) -> None:
-    known = {s.id for s in sets} | {p.id for s in sets for p in s.patches}
-    for var, items in (("ASCEND_SHIM_DISABLE", config.disable), ("ASCEND_SHIM_ONLY", config.only),
-                       ("ASCEND_SHIM_ENABLE", config.enable)):
-        for item in items:
-            if not any(fnmatch.fnmatchcase(k, item) for k in known):
-                raise ConfigError(f"{var}: unknown patch set or patch id {item!r}; patch sets: "
-                                  f"{', '.join(sorted(s.id for s in sets))} (all ids: `python -m ascend_shim list`)")
-
-
-def _set_selection(s: PatchSet, config: Config, backend: str) -> tuple[str, str]:
-    """(status, reason) of a set before version gating."""
-    if backend not in s.backends:
-        return "inactive", f"not used with backend {backend}"
-    if config.only:
-        if not (_matches(s.id, config.only) or any(_matches(p.id, config.only) for p in s.patches)):
-            return "disabled", "not in ASCEND_SHIM_ONLY"
-    elif not s.default_enabled and not _matches(s.id, config.enable):
-        return "disabled", "off by default (turn on with ASCEND_SHIM_ENABLE)"
-    if _matches(s.id, config.disable):
-        return "disabled", "in ASCEND_SHIM_DISABLE"
-    return "active", ""
-
-
-def set_status(s: PatchSet, config: Config, backend: str) -> tuple[str, str, dict]:
-    """(status, reason, installed versions) of a set: selection by toggles and backend, then version gating.
-
-    active / disabled / inactive (not for this backend, or a required distribution is absent) / skipped
-    (a version outside the declared range).
-    """
-    status, reason = _set_selection(s, config, backend)
-    ok, why, found = versions.check_requirements(s.requires)
-    if status == "active" and not ok:
-        status = "inactive" if any(v is None for v in found.values()) else "skipped"
-        reason = why
-    return status, reason, found
-
-
-def _patch_selected(p: Patch, s: PatchSet, config: Config) -> str:
-    if _matches(p.id, config.disable):
-        return "in ASCEND_SHIM_DISABLE"
-    if config.only and not _matches(s.id, config.only) and not _matches(p.id, config.only):
-        return "not in ASCEND_SHIM_ONLY"
-    return ""
 
 
 def _fail(config: Config, message: str) -> None:
@@ -114,6 +64,13 @@ def _apply_patch(patch: Patch, config: Config, backend: str) -> list[patching.Ch
             REPORT.record_patch(patch, "skipped", reason)
             _fail(config, f"patch {patch.id} skipped: {reason}")
             return []
+        project = _state.projects.get(patch.set_id)
+        if project is not None:
+            state, where = versions.check_project(project)
+            if state == "absent":
+                raise NotNeeded(where)
+            if state == "outside":
+                raise TargetMissing(where)
         if patch.kind in ("replace", "wrap", "add"):
             try:
                 ctx.owner, ctx.attr = patching.resolve(patch.target)
@@ -265,7 +222,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         _configure_logging(config.log)
         chosen = backend_mod.resolve(config.backend)
         sets, ep_errors = all_patch_sets(config.patch_modules)
-        _validate_ids(config, sets)
+        validate_ids(config, sets)
 
         REPORT.reset()
         REPORT.backend = chosen
@@ -275,6 +232,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         _state.config, _state.backend = config, chosen
         _state.generation += 1
         _state.selected = defaultdict(list)
+        _state.projects = {s.id: s.project for s in sets if s.project is not None}
         _state.undos = []
         _state.active = True
         generation = _state.generation
@@ -295,7 +253,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
                         REPORT.record_patch(p, "disabled" if status == "disabled" else "inactive", reason)
                     continue
                 for p in s.patches:
-                    why_not = _patch_selected(p, s, config)
+                    why_not = patch_disabled(p, s, config)
                     if why_not:
                         REPORT.record_patch(p, "disabled", why_not)
                     elif p.module is None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
-import importlib.metadata
 import ipaddress
 import json
 import os
@@ -52,21 +51,6 @@ from . import versions
 
 VERDICTS = ("ok", "warn", "FAIL", "info")
 
-#: Python versions with torch_npu wheels, per torch_npu line (torch_npu.md §6: 2.7/2.8 -> 3.9-3.13,
-#: 2.9/2.10 -> 3.10-3.13, 2.11-2.13 -> 3.10-3.14, 2.14.0 wheels cp310-cp314)
-TORCH_NPU_PYTHON: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
-    "2.7": ((3, 9), (3, 13)), "2.8": ((3, 9), (3, 13)),
-    "2.9": ((3, 10), (3, 13)), "2.10": ((3, 10), (3, 13)),
-    "2.11": ((3, 10), (3, 14)), "2.12": ((3, 10), (3, 14)), "2.13": ((3, 10), (3, 14)),
-    "2.14": ((3, 10), (3, 14)),
-}
-#: the CANN release each torch_npu build was published for (Ascend/pytorch COMPATIBILITY.en.md, torch_npu.md §6)
-CANN_FOR_TORCH_NPU: dict[str, str] = {
-    "2.12.0": "9.1.0", "2.11.0": "9.1.0", "2.10.0.post4": "9.1.0", "2.9.0.post6": "9.1.0", "2.7.1.post8": "9.1.0",
-    "2.9.0.post2": "9.0.0", "2.8.0.post4": "9.0.0", "2.7.1.post4": "9.0.0",
-    "2.9.0": "8.5.0", "2.8.0.post2": "8.5.0", "2.7.1.post2": "8.5.0", "2.6.0.post5": "8.5.0",
-    "2.8.0": "8.3.RC1", "2.7.1": "8.3.RC1", "2.6.0.post3": "8.3.RC1", "2.1.0.post17": "8.3.RC1",
-}
 #: where CANN's set_env.sh lives in default installs (toolkit layout; CANN >= 8.5 "cann" layout)
 SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh")
 DRIVER_DIR = "/usr/local/Ascend/driver"
@@ -92,13 +76,6 @@ class Check:
         return dataclasses.asdict(self)
 
 
-def _requires_of(dist: str) -> list[str] | None:
-    try:
-        return importlib.metadata.requires(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 @dataclasses.dataclass
 class Environment:
     """Everything the checks read. Build one by hand in tests; :meth:`current` reads this process's."""
@@ -106,7 +83,7 @@ class Environment:
     env: Mapping[str, str]
     root: str = "/"
     version_of: Callable[[str], str | None] = versions.installed_version
-    requires_of: Callable[[str], list[str] | None] = _requires_of
+    requires_of: Callable[[str], list[str] | None] = versions.requirements_of
     which: Callable[[str], str | None] | None = None     # default: shutil.which on env["PATH"]
     python_version: tuple[int, ...] = tuple(sys.version_info[:3])
     machine: str = platform.machine()
@@ -145,25 +122,7 @@ class _Ctx:
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-def _release(version: str | None) -> tuple[int, ...] | None:
-    from packaging.version import InvalidVersion, Version
-
-    if not version:
-        return None
-    try:
-        return Version(version).release
-    except InvalidVersion:
-        return None
-
-
-def _base(version: str) -> str:
-    r = _release(version)
-    return ".".join(map(str, (r + (0, 0))[:3])) if r else version
-
-
-def _line(version: str | None) -> str | None:
-    r = _release(version)
-    return f"{r[0]}.{r[1]}" if r and len(r) >= 2 else None
+_release, _base, _line = versions.release, versions.base, versions.line
 
 
 def _read_kv(path: str) -> dict[str, str]:
@@ -209,16 +168,16 @@ def check_python(ctx: _Ctx) -> list[Check]:
     npu_v, torch_v = e.version_of("torch_npu"), e.version_of("torch")
     line = _line(npu_v) or _line(torch_v)
     who = f"torch_npu {line}" if npu_v else f"torch_npu {line} (the line matching torch {torch_v})"
-    if line in TORCH_NPU_PYTHON:
-        lo, hi = TORCH_NPU_PYTHON[line]
+    if line in versions.TORCH_NPU_PYTHON:
+        lo, hi = versions.TORCH_NPU_PYTHON[line]
         if lo <= py <= hi:
             return [Check("python", "ok", f"Python {_py(e.python_version)}: {who} supports {_py(lo)}-{_py(hi)}")]
-        fits = [ln for ln, (a, b) in TORCH_NPU_PYTHON.items() if a <= py <= b]
+        fits = [ln for ln, (a, b) in versions.TORCH_NPU_PYTHON.items() if a <= py <= b]
         return [Check("python", ctx.hw("FAIL"), f"Python {_py(e.python_version)} is outside {who}'s "
                       f"{_py(lo)}-{_py(hi)}: no torch_npu wheel for it",
                       f"use Python {_py(lo)}-{_py(hi)}" + (f", or a torch/torch_npu line built for "
                                                            f"{_py(py)}: {', '.join(fits)}" if fits else ""))]
-    fits = [ln for ln, (a, b) in TORCH_NPU_PYTHON.items() if a <= py <= b]
+    fits = [ln for ln, (a, b) in versions.TORCH_NPU_PYTHON.items() if a <= py <= b]
     if fits:
         return [Check("python", "info", f"Python {_py(e.python_version)}: torch_npu lines with wheels for it: "
                       f"{', '.join(fits)}" + (f" (no record for line {line})" if line else ""))]
@@ -242,16 +201,10 @@ def check_torch(ctx: _Ctx) -> list[Check]:
         else:
             out.append(Check("torch-npu", "info", f"torch {tv}; torch_npu not installed (not needed on the emulator; "
                              f"for the NPU: pip install torch-npu=={_base(tv)})"))
-    elif _release(tv) is None or _release(nv) is None:
-        out.append(Check("torch-npu", "warn", f"cannot compare torch {tv} and torch_npu {nv}",
-                         "install released versions"))
-    elif _base(tv) == _base(nv):
-        out.append(Check("torch-npu", "ok", f"torch {tv} / torch_npu {nv}: same base version {_base(tv)}"))
     else:
-        out.append(Check("torch-npu", ctx.hardware and "FAIL" or "warn",
-                         f"torch {tv} and torch_npu {nv} differ: torch_npu {nv} is built for torch {_base(nv)}",
-                         f"pip install torch=={_base(nv)} --index-url https://download.pytorch.org/whl/cpu "
-                         f"(or torch-npu=={_base(tv)}.*)"))
+        pairing = versions.torch_npu_pairing(tv, nv)
+        verdict = {True: "ok", None: "warn", False: ctx.hardware and "FAIL" or "warn"}[pairing.ok]
+        out.append(Check("torch-npu", verdict, pairing.message, pairing.fix))
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -365,7 +318,7 @@ def check_cann_version(ctx: _Ctx) -> list[Check]:
     out = [Check("cann-version", "ok", f"CANN {version} (from {path})")]
     nv = e.version_of("torch_npu")
     if nv:
-        want = CANN_FOR_TORCH_NPU.get(nv) or CANN_FOR_TORCH_NPU.get(nv.split("+")[0])
+        want = versions.cann_for(nv)
         have, need = _cann_major_minor(version), _cann_major_minor(want or "")
         if want and have and need and have < need:
             out.append(Check("cann-pairing", ctx.hw("warn"), f"torch_npu {nv} was released for CANN {want}; CANN "
@@ -611,6 +564,13 @@ def _requirement_map(ctx: _Ctx) -> dict[str, list[tuple[str, str]]]:
 def check_target_libraries(ctx: _Ctx) -> list[Check]:
     out = [Check("patch-sets", "warn", f"a patch-set entry point failed to load: {err}",
                  "fix or uninstall the package providing it") for err in ctx.set_errors]
+    for s in ctx.sets:
+        if s.project is not None:
+            state, where = versions.check_project(s.project)
+            verdict = {"absent": "info", "outside": "warn", "ok": "ok"}[state]
+            out.append(Check(f"project:{s.project.package}", verdict,
+                             f"{where} (gate of patch set {s.id}: {s.project.describe()})",
+                             f"use {s.project.package} {s.project.specifier}" if state == "outside" else ""))
     reqs = _requirement_map(ctx)
     if not reqs:
         out.append(Check("libraries", "info", "no selected patch set declares target libraries"))
@@ -638,20 +598,8 @@ def check_target_libraries(ctx: _Ctx) -> list[Check]:
 
 
 def _numpy_spec(ctx: _Ctx) -> tuple[str, str]:
-    """vllm-ascend's own numpy requirement, else the known numpy<2 rule."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    for raw in ctx.e.requires_of("vllm-ascend") or ctx.e.requires_of("vllm_ascend") or []:
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement:
-            continue
-        if req.name.lower() == "numpy" and (req.marker is None or "extra" not in str(req.marker)):
-            if str(req.specifier):
-                return str(req.specifier), "vllm-ascend's metadata"
-    if (_release(ctx.e.version_of("vllm-ascend") or ctx.e.version_of("vllm_ascend")) or ())[:2] >= (0, 20):
-        return ">=1", "vllm-ascend >= 0.20 has no numpy pin"
-    return "<2", "vllm-ascend's documented numpy<2 (up to 0.19)"
+    va = ctx.e.version_of("vllm-ascend") or ctx.e.version_of("vllm_ascend")
+    return versions.numpy_requirement(va, ctx.e.requires_of("vllm-ascend") or ctx.e.requires_of("vllm_ascend"))
 
 
 def check_vllm(ctx: _Ctx) -> list[Check]:
@@ -659,15 +607,8 @@ def check_vllm(ctx: _Ctx) -> list[Check]:
     vllm, va = e.version_of("vllm"), e.version_of("vllm-ascend") or e.version_of("vllm_ascend")
     out = []
     if va:
-        if not vllm:
-            out.append(Check("vllm", "FAIL", f"vllm-ascend {va} is installed without vllm",
-                             f"pip install vllm=={_base(va)}"))
-        elif _line(vllm) != _line(va):
-            out.append(Check("vllm", "FAIL", f"vllm {vllm} and vllm-ascend {va} are different release lines: "
-                             f"vllm-ascend {va} is built for vllm {_line(va)}.x", f"pip install 'vllm=={_line(va)}.*' "
-                             "(install vllm first, then vllm-ascend)"))
-        else:
-            out.append(Check("vllm", "ok", f"vllm {vllm} / vllm-ascend {va}: same release line {_line(va)}"))
+        pairing = versions.vllm_pairing(vllm, va)
+        out.append(Check("vllm", "ok" if pairing.ok else "FAIL", pairing.message, pairing.fix))
         spec, source = _numpy_spec(ctx)
         np_v = e.version_of("numpy")
         if np_v is None:
@@ -679,8 +620,8 @@ def check_vllm(ctx: _Ctx) -> list[Check]:
         else:
             out.append(Check("numpy", "ok", f"numpy {np_v} satisfies numpy{spec} ({source})"))
     elif vllm:
-        out.append(Check("vllm", ctx.hw("warn"), f"vllm {vllm} without vllm-ascend has no NPU platform",
-                         f"pip install vllm-ascend=={_base(vllm)}.* (the release matching vllm {_base(vllm)})"))
+        pairing = versions.vllm_pairing(vllm, None)
+        out.append(Check("vllm", ctx.hw("warn"), pairing.message, pairing.fix))
     return out
 
 
@@ -738,11 +679,11 @@ CHECKS: tuple[Callable[[_Ctx], list[Check]], ...] = (
 
 # -- running -------------------------------------------------------------------------------------------------
 def _context(e: Environment, backend: str | None, patch_modules: str | None) -> tuple[_Ctx, list[Check]]:
-    from .activation import _set_selection
     from .config import Config
     from .errors import ConfigError
     from .registry import all_patch_sets
-    from .scan.coverage import CoverageIndex, selected_patches
+    from .scan.coverage import CoverageIndex
+    from .selection import selected_patches, set_selection
 
     problems: list[Check] = []
     config = None
@@ -763,9 +704,8 @@ def _context(e: Environment, backend: str | None, patch_modules: str | None) -> 
         except ConfigError as exc:
             problems.append(Check("patch-sets", "FAIL", f"patch sets: {exc}", "fix ASCEND_SHIM_PATCH_MODULES"))
             sets = []
-    judge = "npu" if chosen == "auto" else chosen
-    selected = [s for s in sets if _set_selection(s, config, judge)[0] == "active"]
-    index = CoverageIndex(selected_patches(selected, config, judge))
+    selected = [s for s in sets if set_selection(s, config, chosen)[0] == "active"]
+    index = CoverageIndex(selected_patches(selected, config, chosen))
     return _Ctx(e, chosen, config, selected, errors, index), problems
 
 

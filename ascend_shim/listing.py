@@ -7,25 +7,26 @@ from __future__ import annotations
 
 import json
 
-from .activation import _patch_selected, _validate_ids, set_status
+from .selection import judged_backend, patch_disabled, set_status, validate_ids
 from .config import Config
 from .registry import all_patch_sets
 
 
 def collect(config: Config) -> list[dict]:
     sets, _ = all_patch_sets(config.patch_modules)
-    _validate_ids(config, sets)
+    validate_ids(config, sets)
     out = []
     for s in sets:
-        status, reason, found = set_status(s, config, "npu" if config.backend == "auto" else config.backend)
+        status, reason, found = set_status(s, config, judged_backend(config.backend))
         out.append({
             "id": s.id, "title": s.title, "requires": s.requires, "installed": found, "status": status,
             "reason": reason, "backends": list(s.backends), "default_enabled": s.default_enabled,
             "checked_against": s.checked_against, "source": s.source,
+            "project": s.project.describe() if s.project else None, "native": list(s.native),
             "patches": [{
                 "id": p.id, "target": p.target, "kind": p.kind, "fidelity": p.fidelity, "why": p.why,
                 "what": p.what, "remove_when": p.remove_when, "covers": list(p.covers),
-                "status": ("disabled: " + _patch_selected(p, s, config)) if _patch_selected(p, s, config)
+                "status": ("disabled: " + patch_disabled(p, s, config)) if patch_disabled(p, s, config)
                 else status,
             } for p in s.patches],
         })
@@ -42,10 +43,12 @@ def render(config: Config, fmt: str = "text") -> str:
         return env_table()
     lines = []
     for s in data:
-        req = ", ".join(f"{d} {spec}" for d, spec in s["requires"].items()) or "-"
+        req = _gates(s) or "-"
         have = ", ".join(f"{d} {v or 'absent'}" for d, v in s["installed"].items()) or "-"
         lines.append(f"[{s['status']}] {s['id']}: {s['title']}")
         lines.append(f"    requires {req}; installed {have}" + (f"; {s['reason']}" if s["reason"] else ""))
+        if s["native"]:
+            lines.append(f"    NPU-native (see the real device): {', '.join(s['native'])}")
         if s["checked_against"]:
             lines.append(f"    checked against {s['checked_against']}")
         for p in s["patches"]:
@@ -68,6 +71,11 @@ def env_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _gates(s: dict) -> str:
+    """The version gates of a listed set: required distributions, then its project gate."""
+    return ", ".join([f"{d} {spec}" for d, spec in s["requires"].items()] + ([s["project"]] if s["project"] else []))
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -76,7 +84,7 @@ def coverage_table(data: list[dict]) -> str:
     """The README coverage table: per patch set, one row per patch (sets folded with <details>)."""
     out = []
     for s in data:
-        req = ", ".join(f"{d} {spec}" for d, spec in s["requires"].items()) or "no distribution gate"
+        req = _gates(s) or "no version gate"
         n = len(s["patches"])
         out.append(f"<details><summary><b>{s['id']}</b>: {_cell(s['title'])} ({n} patch{'es' * (n != 1)}; "
                    f"{_cell(req)})</summary>\n")

@@ -22,6 +22,7 @@ import types
 from typing import Any, Callable, Iterable
 
 from .errors import ConfigError
+from .versions import Project
 
 ENTRY_POINT_GROUP = "ascend_shim.patch_sets"
 
@@ -99,6 +100,26 @@ class PatchSet:
     #: a set whose required distributions are absent is simply inactive (no target, nothing to do)
     patches: list[Patch] = dataclasses.field(default_factory=list)
     source: str = "builtin"
+    #: a project gate checked when each patch applies (a source checkout may join sys.path only later):
+    #: project absent -> the patch is not needed; outside the range -> skipped and reported
+    project: Project | None = None
+    #: packages that support the NPU natively: their frames get the real device answers (a declared patch,
+    #: ``<id>.native``, applied at activation and undone on deactivation); ``native_why`` says why this set does
+    native: tuple[str, ...] = ()
+    native_why: str = ""
+
+    def __post_init__(self):
+        if self.native:
+            names = ", ".join(self.native)
+            self.add(Patch(
+                id=f"{self.id}.native", target=f"process:native-{self.native[0]}", kind="call",
+                covers=("torch.cuda.is_available", "torch.cuda.device_count"), factory=_native_factory(self.native),
+                why=self.native_why or f"{names} test CUDA before the NPU in places; told that CUDA is available "
+                                       "(as user code is) they would take CUDA-only paths on the NPU.",
+                what=f"registers {names} as NPU-native: calls made from their modules get the real "
+                     "torch.cuda.is_available()/device_count()/is_nccl_available()/get_backend() answers, so their "
+                     "own NPU branches run.",
+                remove_when="never: user code must keep seeing CUDA as available"))
 
     # -- declaring -------------------------------------------------------------------------------------------
     def add(self, patch: Patch) -> Patch:
@@ -121,6 +142,16 @@ class PatchSet:
             return factory
 
         return decorate
+
+
+def _native_factory(packages: tuple[str, ...]):
+    def native(ctx):
+        from .callers import register_native, unregister_native
+
+        added = register_native(*packages)
+        return lambda: unregister_native(*added)
+
+    return native
 
 
 def _sets_from(obj: Any, where: str) -> list[PatchSet]:

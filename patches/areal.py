@@ -24,35 +24,20 @@ from __future__ import annotations
 import functools
 
 from ascend_shim.registry import PatchSet
-
-from ._projects import gate, register_native
+from ascend_shim.versions import Project
 
 REMOVE = "AReaL checks the NPU before CUDA in platform detection (as its ascend-v1.0.1 branch does)"
 SPEC = ">=0.5,<1.1"
 areal = PatchSet(
+    project=Project("areal", SPEC, dist="areal"), native=("areal",),
+    native_why="AReaL's platform detection checks torch.cuda.is_available() before its NPU platform; with the "
+               "answer user code gets (True) it reads 'Ascend...' as an unknown CUDA device -> UnknownPlatform, "
+               "nccl, CUDA_VISIBLE_DEVICES for every vLLM server (all on NPU 0).",
     id="areal", title="AReaL: its own NPU platform (hccl, ASCEND_RT_VISIBLE_DEVICES per vLLM server)",
     checked_against="areal 1.0.4 (PyPI wheel, = main @ 4aef98d8d818, areal/infra/platforms) and 0.5.1 "
                     "(@ c5711f06a7a8, areal/platforms); gated on the areal distribution's version, or for a "
                     f"checkout without metadata on areal/version.py ({SPEC}; no literal version: accepted)",
 )
-
-
-def _gate():
-    return gate("areal", "areal", SPEC)
-
-
-@areal.patch("process:areal-native-platform", kind="call", id="areal.native_platform",
-             covers=("torch.cuda.is_available", "torch.cuda.get_device_name"),
-             why="AReaL's platform detection checks torch.cuda.is_available() before its NPU platform; with the "
-                 "answer user code gets (True) it reads 'Ascend...' as an unknown CUDA device -> UnknownPlatform, "
-                 "nccl, CUDA_VISIBLE_DEVICES for every vLLM server (all on NPU 0).",
-             what="AReaL is registered NPU-native: its frames get the real CUDA answers, so current_platform is "
-                  "NPUPlatform (hccl, ASCEND_RT_VISIBLE_DEVICES per server). Registered at activation, before "
-                  "areal's lazy platform proxy can initialise; undone on deactivation.",
-             remove_when=REMOVE)
-def native_platform(ctx):
-    _gate()
-    register_native(ctx, "areal")
 
 
 _DEVICES = {"npu": "npu", "cuda": "npu", "auto": "npu", "gpu": "npu"}
@@ -76,7 +61,6 @@ def _check_device(value, report, where):
                   "field, so it never reaches the vLLM command line.",
              remove_when="AReaL's vLLMConfig grows a device field, or the hand port's configs are gone")
 def vllm_config_init(ctx):
-    _gate()
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
@@ -122,7 +106,6 @@ def _pop_vllm_device(cfg, config_cls, report):
                   "recorded and dropped: the NPU platform already decides the server's device.",
              remove_when="AReaL's vLLMConfig grows a device field, or the hand port's configs are gone")
 def to_structured_cfg(ctx):
-    _gate()
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)

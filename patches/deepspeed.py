@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import declare_native
-
 ds = PatchSet(
+    native=("deepspeed",),
     id="deepspeed", title="DeepSpeed: DS_ACCELERATOR=npu, its native NPU paths",
     requires={"deepspeed": ">=0.14,<0.20"},
     checked_against="deepspeed 0.19.8 (PyPI sdist, DS_BUILD_OPS=0) on the emulator; "
                     "deepspeed/accelerator/real_accelerator.py, ops/op_builder/npu/builder.py",
 )
-declare_native(ds, "deepspeed")
 
 
 @ds.patch("env:DS_ACCELERATOR", kind="env", covers=("deepspeed.accelerator",),

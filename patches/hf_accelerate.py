@@ -11,14 +11,14 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import REMOVE, declare_native, on_npu
+from ._hf_common import REMOVE, on_npu
 
 hf_accelerate = PatchSet(
+    native=("accelerate",),
     id="hf_accelerate", title="accelerate: its native NPU paths; backend='nccl' -> 'hccl'",
     requires={"accelerate": ">=1.0,<1.16"},
     checked_against="accelerate 1.15.0 (torch 2.13.0 CPU + sim backend)",
 )
-declare_native(hf_accelerate, "accelerate")
 
 
 @hf_accelerate.patch(

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import declare_native
-
 hf_peft = PatchSet(
+    native=("peft",),
     id="hf_peft", title="peft: its native NPU paths (infer_device)",
     requires={"peft": ">=0.13,<0.22"},
     checked_against="peft 0.21.2 (torch 2.13.0 CPU + sim backend)",
 )
-declare_native(hf_peft, "peft")
 
 PATCH_SETS = [hf_peft]

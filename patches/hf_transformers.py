@@ -12,14 +12,14 @@ import functools
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import declare_native, on_npu, unsupported
+from ._hf_common import on_npu, unsupported
 
 hf_transformers = PatchSet(
+    native=("transformers",),
     id="hf_transformers", title="transformers: its native NPU paths; tf32, fused AdamW, bitsandbytes/Liger options",
     requires={"transformers": ">=4.50,<5.24"},
     checked_against="transformers 5.23.0 (torch 2.13.0 CPU + sim backend)",
 )
-declare_native(hf_transformers, "transformers")
 
 #: optim names that need bitsandbytes (CUDA-only kernels)
 _BNB_HINTS = ("bnb", "8bit", "paged_", "4bit")

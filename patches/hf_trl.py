@@ -14,14 +14,14 @@ import sys
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import declare_native, on_npu, unsupported
+from ._hf_common import on_npu, unsupported
 
 hf_trl = PatchSet(
+    native=("trl",),
     id="hf_trl", title="trl: its native NPU paths; vLLM server weight sync stops with a clear error",
     requires={"trl": ">=0.18,<1.17"},
     checked_against="trl 1.16.0 (torch 2.13.0 CPU + sim backend; GRPO + LoRA without vLLM)",
 )
-declare_native(hf_trl, "trl")
 
 
 @hf_trl.patch(

@@ -27,20 +27,16 @@ import functools
 import sys
 
 from ascend_shim.registry import PatchSet
-
-from ._projects import gate
+from ascend_shim.versions import Project
 
 REMOVE = "realhf is no longer used (AReaL main has no realhf since 2026-01-07)"
 SPEC = ">=0.3.0.dev0,<0.4"
 realhf = PatchSet(
+    project=Project("realhf", SPEC),
     id="realhf", title="realhf (legacy AReaL): pynvml on the NPU, CUDA-graph decoding off, jiterator at import",
     checked_against="inclusionAI/AReaL @ c5711f06a7a8 (2026-01-07, last commit with realhf/, realhf.version "
                     f"0.3.0-dev), run from a checkout; gated on realhf/version.py ({SPEC})",
 )
-
-
-def _gate():
-    return gate(None, "realhf", SPEC)
 
 
 @realhf.patch("realhf", kind="call", id="realhf.pynvml", covers=("pynvml",), fidelity="fallback",
@@ -53,7 +49,6 @@ def _gate():
                    "NVMLError_NotSupported. Undone on deactivation.",
               remove_when=REMOVE)
 def provide_pynvml(ctx):
-    _gate()
     real = sys.modules.get("pynvml")
     if real is not None and not getattr(real, "__name__", "").startswith("ascend_shim"):
         # imported before realhf: later `import pynvml` statements must get the NPU answer too
@@ -71,7 +66,6 @@ def provide_pynvml(ctx):
                    "per process). Disable this patch to keep graphs: torch_cuda maps CUDAGraph to NPUGraph.",
               remove_when="realhf's decode step is verified under NPUGraph capture")
 def no_cuda_graph(ctx):
-    _gate()
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
@@ -105,7 +99,6 @@ def jiterator_at_import(ctx):
 
     from ascend_shim.errors import NotNeeded, UnsupportedOnNPUError
 
-    _gate()
     current = torch.cuda.__dict__.get("jiterator")
     if current is None or current is sys.modules.get("torch.cuda.jiterator"):
         raise NotNeeded("torch.cuda.jiterator is torch's own (creating a function works)")

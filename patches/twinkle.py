@@ -24,35 +24,21 @@ from __future__ import annotations
 import functools
 
 from ascend_shim.registry import PatchSet
+from ascend_shim.versions import Project
 
 from ._hf_common import npu_available
-from ._projects import gate, register_native
 
 REMOVE = "Twinkle checks the NPU before CUDA and no longer falls back to GPU without nvidia-smi"
 SPEC = ">=0.4.0.dev0,<0.6"
 twinkle = PatchSet(
+    project=Project("twinkle", SPEC, dist="twinkle-kit"), native=("twinkle",),
+    native_why="Twinkle's Torch.is_gpu_available() (torch.cuda.is_available()) is checked before its NPU branch; "
+               "with the answer user code gets (True) Twinkle builds 'cuda:N' devices and sets CUDA-only flags "
+               "(CUDA_LAUNCH_BLOCKING, cuDNN) next to an NPU Platform.",
     id="twinkle", title="Twinkle: its NPU platform, 'cuda'/'GPU' device meshes and groups -> npu/NPU",
     checked_against="twinkle-kit 0.5.1 (PyPI wheel) and modelscope/twinkle @ 1a1d8845dc6d (0.4.0.dev0); gated "
                     f"on the twinkle-kit distribution's version, or twinkle/version.py for a checkout ({SPEC})",
 )
-
-
-def _gate():
-    return gate("twinkle-kit", "twinkle", SPEC)
-
-
-@twinkle.patch("process:twinkle-native-platform", kind="call", id="twinkle.native_platform",
-               covers=("torch.cuda.is_available",),
-               why="Twinkle's Torch.is_gpu_available() (torch.cuda.is_available()) is checked before its NPU "
-                   "branch; with the answer user code gets (True) Twinkle builds 'cuda:N' devices and sets "
-                   "CUDA-only flags (CUDA_LAUNCH_BLOCKING, cuDNN) next to an NPU Platform.",
-               what="Twinkle is registered NPU-native: its frames get the real CUDA answers (False on an NPU), "
-                    "so its NPU branches run. Registered at activation (is_gpu_available is lru_cached); undone "
-                    "on deactivation.",
-               remove_when=REMOVE)
-def native_platform(ctx):
-    _gate()
-    register_native(ctx, "twinkle")
 
 
 @twinkle.patch("twinkle.utils.platforms.base:Platform.get_platform", id="twinkle.get_platform",
@@ -64,7 +50,6 @@ def native_platform(ctx):
                     "unchanged.",
                remove_when=REMOVE)
 def get_platform(ctx):
-    _gate()
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
@@ -92,7 +77,6 @@ def _translate_mesh_type(value):
                what="device_type 'cuda' becomes 'npu' (reported) before Twinkle's own checks run.",
                remove_when="never while CUDA-targeted cookbooks must run unmodified on Ascend")
 def device_mesh_post_init(ctx):
-    _gate()
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
@@ -113,7 +97,6 @@ def device_mesh_post_init(ctx):
                     "'NPU' are unchanged.",
                remove_when="never while CUDA-targeted cookbooks must run unmodified on Ascend")
 def device_group_init(ctx):
-    _gate()
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)

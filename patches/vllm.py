@@ -35,16 +35,14 @@ import os
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import declare_native
-
 vllm = PatchSet(
+    native=("vllm", "vllm_ascend"),
     id="vllm", title="vLLM: vllm-ascend platform, CUDA-only engine args, enforce_eager default, version pairing",
     requires={"vllm": ">=0.9,<0.34"},
     checked_against="vllm 0.33.0 (PyPI wheel, installed --no-deps: EngineArgs / AsyncEngineArgs / serve parser "
                     "exercised on CPU with a stand-in NPU platform); vllm-ascend source main @ 182b75e "
                     "(2026-08) and tags v0.9.1..v0.23.0 (read, not installed)",
 )
-declare_native(vllm, "vllm", "vllm_ascend")
 
 #: KV-cache dtypes the Ascend attention backends store as given; anything else (fp8*, nvfp4, turboquant) -> auto
 NPU_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "half", "float")
@@ -60,58 +58,42 @@ _VERSIONED = ("vllm", "vllm-ascend", "torch", "torch-npu", "numpy")
 
 
 def _release(version: str | None) -> tuple[int, ...] | None:
-    from packaging.version import Version
+    from ascend_shim.versions import release
 
-    return None if version is None else Version(version).release[:3]
-
-
-def _line(version: str) -> str:
-    return ".".join(map(str, _release(version)[:2]))
+    return release(version)
 
 
 # -- version pairing ----------------------------------------------------------------------------------------
 def check_pairing(found: dict, requires=()) -> tuple[list[str], list[str]]:
-    """``(errors, warnings)`` for installed versions ``{dist: version or None}``.
+    """``(errors, warnings)`` for installed versions ``{dist: version or None}`` (the rules of
+    :mod:`ascend_shim.versions`, as ``doctor`` applies them).
 
-    ``requires``: vllm-ascend's own ``Requires-Dist`` lines (its pins on torch / torch-npu / numpy); without
-    them the documented rules are used (numpy<2 up to vllm-ascend 0.19, docs/.../versioning_policy.md).
+    ``requires``: vllm-ascend's own ``Requires-Dist`` lines (its pins on torch / torch-npu / numpy).
     Errors stop vLLM for sure (no platform, ABI mismatch); warnings are combinations users report working.
     """
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    from ascend_shim.versions import satisfies
+    from ascend_shim import versions
 
     errors, warnings = [], []
     vl, va = found.get("vllm"), found.get("vllm-ascend") or found.get("vllm_ascend")
-    if va is None:
-        errors.append("vllm-ascend is not installed: vLLM has no NPU platform (pip install vllm-ascend of the "
-                      f"same X.Y release line as vllm {vl}; see vllm-ascend's release compatibility matrix)")
-    elif vl is not None and _release(vl)[:2] != _release(va)[:2]:
-        errors.append(f"vllm {vl} and vllm-ascend {va} are different release lines; install the vllm-ascend "
-                      f"{_line(vl)}.x that matches vllm (or the vllm {_line(va)}.x that matches vllm-ascend)")
+    pairing = versions.vllm_pairing(vl, va)
+    if pairing.ok is False:
+        errors.append(f"{pairing.message} ({pairing.fix})")
     t, tn = found.get("torch"), found.get("torch-npu") or found.get("torch_npu")
     if t is not None and tn is not None:
-        if _release(t)[:2] != _release(tn)[:2]:
-            errors.append(f"torch_npu {tn} is built for torch {_line(tn)}, not torch {t} (binary mismatch)")
-        elif _release(t) != _release(tn):
-            warnings.append(f"torch_npu {tn} is built for torch {'.'.join(map(str, _release(tn)))}, "
-                            f"not torch {t}")
-    pins = {}
-    for raw in requires or ():
-        try:
-            req = Requirement(raw)
-        except InvalidRequirement:
-            continue
-        if req.marker is None or "extra" not in str(req.marker):
-            pins[req.name.lower().replace("_", "-")] = str(req.specifier)
+        pairing = versions.torch_npu_pairing(t, tn)
+        if pairing.ok is False:
+            errors.append(f"{pairing.message} (binary mismatch; {pairing.fix})")
+        elif pairing.ok is None:
+            warnings.append(pairing.message)
     if va is not None:
         np_ = found.get("numpy")
-        np_spec = pins.get("numpy", "<2" if _release(va)[:2] < (0, 20) else "")
-        if np_ is not None and np_spec and not satisfies(np_, np_spec):
+        np_spec, _ = versions.numpy_requirement(va, requires)
+        if np_ is not None and not versions.satisfies(np_, np_spec):
             warnings.append(f"numpy {np_}: vllm-ascend {va} needs numpy{np_spec}")
+        pins = versions.pins_of(requires)
         for dist, have in (("torch", t), ("torch-npu", tn)):
             spec = pins.get(dist)
-            if have is not None and spec and not satisfies(have, spec):
+            if have is not None and spec and not versions.satisfies(have, spec):
                 warnings.append(f"{dist} {have}: vllm-ascend {va} is built and tested against {dist}{spec}")
     return errors, warnings
 
@@ -123,12 +105,9 @@ def pairing_problems(found: dict, requires=()) -> list[str]:
 
 
 def _requires_of(dist: str) -> list[str]:
-    import importlib.metadata
+    from ascend_shim.versions import requirements_of
 
-    try:
-        return list(importlib.metadata.requires(dist) or ())
-    except importlib.metadata.PackageNotFoundError:
-        return []
+    return requirements_of(dist) or []
 
 
 def _ascend_plugin_registered() -> bool:

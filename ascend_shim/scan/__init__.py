@@ -130,9 +130,9 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
 
         config = config or Config.from_env()
         patch_sets, _ = all_patch_sets(config.patch_modules)
-        from ..activation import _validate_ids
+        from ..selection import validate_ids
 
-        _validate_ids(config, patch_sets)
+        validate_ids(config, patch_sets)
     elif config is None:
         from ..config import Config
 

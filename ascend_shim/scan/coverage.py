@@ -97,35 +97,17 @@ class CoverageIndex:
         return self._matches(symbol)
 
 
-def selected_patches(sets: Iterable[PatchSet], config=None, backend: str | None = None) -> list[Patch]:
-    """The patches of ``sets`` that the configuration selects for ``backend`` (versions are not checked:
-    a scan judges a repository, possibly on a machine without its dependencies)."""
-    from ..activation import _patch_selected, _set_selection
-    from ..config import Config
-
-    config = config or Config()
-    backend = backend or ("npu" if config.backend == "auto" else config.backend)
-    out = []
-    for s in sets:
-        status, _ = _set_selection(s, config, backend)
-        if status != "active":
-            continue
-        out.extend(p for p in s.patches if not _patch_selected(p, s, config))
-    return out
-
-
 def index_for(sets: Iterable[PatchSet] | None = None, config=None, backend: str | None = None) -> CoverageIndex:
     """A :class:`CoverageIndex` over ``sets`` (default: every registered patch set, per ``config``)."""
     from ..config import Config
     from ..registry import all_patch_sets
+    from ..selection import selected_patches, validate_ids
 
     config = config or Config.from_env()
     if sets is None:
-        from ..activation import _validate_ids
-
         sets, _errors = all_patch_sets(config.patch_modules)
-        _validate_ids(config, sets)
-    return CoverageIndex(selected_patches(sets, config, backend), rewrite=config.rewrite)
+        validate_ids(config, sets)
+    return CoverageIndex(selected_patches(sets, config, backend or config.backend), rewrite=config.rewrite)
 
 
-__all__ = ["CoverageIndex", "Verdict", "VERDICTS", "index_for", "selected_patches"]
+__all__ = ["CoverageIndex", "Verdict", "VERDICTS", "index_for"]
