@@ -53,7 +53,7 @@ def _check_device(value, report, where):
     return _DEVICES[name]
 
 
-@areal.patch("areal.api.cli_args:vLLMConfig.__init__", id="areal.vllm_config_device", covers=(),
+@areal.patch("areal.api.cli_args:vLLMConfig.__init__", id="areal.vllm_config_device",
              why="the hand port added vLLMConfig.device ('npu'); upstream vLLMConfig has no such field, so "
                  "vLLMConfig(device='npu') raises TypeError.",
              what="vLLMConfig(device=...) accepts npu/cuda/gpu/auto (anything else: a clear ValueError), records "
@@ -99,7 +99,7 @@ def _pop_vllm_device(cfg, config_cls, report):
             _check_device(value, report, f"{where}.device")
 
 
-@areal.patch("areal.api.cli_args:to_structured_cfg", id="areal.vllm_yaml_device", covers=(),
+@areal.patch("areal.api.cli_args:to_structured_cfg", id="areal.vllm_yaml_device",
              why="a YAML written for the hand port sets vllm.device: npu; merging it into AReaL's structured "
                  "config fails ('Key device not in vLLMConfig').",
              what="before the merge, a device key under vllm (or *.vllm_config) is checked (npu/cuda/gpu/auto), "

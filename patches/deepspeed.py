@@ -22,7 +22,7 @@ ds = PatchSet(
 )
 
 
-@ds.patch("env:DS_ACCELERATOR", kind="env", covers=("deepspeed.accelerator",),
+@ds.patch("env:DS_ACCELERATOR", kind="env",
           why="deepspeed's get_accelerator() would build its CUDA accelerator when CUDA looks available, and "
               "probes torch_npu only after other backends.",
           what="DS_ACCELERATOR=npu when unset (a user's explicit choice is kept and reported), so "
@@ -41,7 +41,6 @@ def ds_accelerator(ctx):
 
 
 @ds.patch("deepspeed.ops.op_builder.npu.builder:NPUOpBuilder.installed_cann_path",
-          covers=("deepspeed.init_distributed",),
           why="NPUOpBuilder.installed_cann_path tests `'ASCEND_HOME_PATH' in os.environ or "
               "os.path.exists(os.environ['ASCEND_HOME_PATH'])` (or for and): without CANN's set_env.sh every NPU "
               "op builder raises KeyError, and deepspeed.init_distributed builds one (ShareMemCommBuilder).",

@@ -55,7 +55,7 @@ def _once_translated(report, api: str, detail: str) -> None:
 
 
 # -- AdamW ---------------------------------------------------------------------------------------------------
-@fast_ops.patch("torch.optim:AdamW", kind="replace", covers=("torch.optim.AdamW",),
+@fast_ops.patch("torch.optim:AdamW", kind="replace",
                 why="torch's AdamW runs one small kernel per tensor and op on the NPU; torch_npu's NpuFusedAdamW "
                     "updates all parameters from combined buffers (the seed-004 hand port switched to it).",
                 what="torch.optim.AdamW(...) returns an NpuFusedAdamW (made safe for zero_grad(set_to_none=True)) "
@@ -112,7 +112,7 @@ def _npu_rms_norm():
     return torch_npu.npu_rms_norm
 
 
-@fast_ops.patch("torch.nn:RMSNorm.forward", covers=("torch.nn.RMSNorm",),
+@fast_ops.patch("torch.nn:RMSNorm.forward",
                 why="torch.nn.RMSNorm is 5 kernels on the NPU; npu_rms_norm is one.",
                 what="forward on an npu input whose dtype equals the weight's calls torch_npu.npu_rms_norm(x, "
                      "weight or ones, eps); other calls run the original (reported once per reason).",
@@ -177,7 +177,7 @@ def _probe_rmsnorm(module):
     return result
 
 
-@fast_ops.patch("transformers.modeling_utils:PreTrainedModel.post_init", covers=("RMSNorm",),
+@fast_ops.patch("transformers.modeling_utils:PreTrainedModel.post_init",
                 requires={"transformers": ">=4.50,<5.24"},
                 why="transformers' *RMSNorm modules are composites (5 kernels); npu_rms_norm is one kernel.",
                 what="after a model is built, every module whose class name ends in RMSNorm and passes the numeric "
@@ -300,14 +300,14 @@ def _make_swiglu(ctx, family):
 
 for _mod, _fam in _FAMILIES.items():
     fast_ops.patch(f"transformers.models.{_mod}.modeling_{_mod}:apply_rotary_pos_emb", id=f"fast_ops.rotary.{_mod}",
-                   covers=("rotary",), requires={"transformers": ">=4.50,<5.24"},
+                   requires={"transformers": ">=4.50,<5.24"},
                    why=f"{_fam}'s rotary is 6 kernels (two rotate_half cats, muls, adds); npu_rotary_mul is one.",
                    what="q/k of one dtype (= cos/sin dtype) on the NPU go through torch_npu.npu_rotary_mul (half "
                         "mode, B1SD cos/sin); other calls keep the composite (reported). The formula is probed "
                         "against rotate-half when the patch applies.",
                    remove_when=REMOVE, sweep=False)(functools.partial(_make_rotary, family=_fam))
     fast_ops.patch(f"transformers.models.{_mod}.modeling_{_mod}:{_fam}MLP.forward", id=f"fast_ops.swiglu.{_mod}",
-                   covers=("swiglu",), requires={"transformers": ">=4.50,<5.24"},
+                   requires={"transformers": ">=4.50,<5.24"},
                    why=f"{_fam}MLP computes silu(gate) * up as separate kernels; npu_swiglu is one.",
                    what="with hidden_act silu on the NPU: down(npu_swiglu(cat(gate(x), up(x)))); other "
                         "activations or devices keep the original (reported).",

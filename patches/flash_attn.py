@@ -43,9 +43,7 @@ def _npu_build_module(dist) -> str | None:
 
 
 @flash_attn.patch("flash_attn", kind="provide-module", id="flash_attn.provide", fidelity="exact",
-                  covers=("flash_attn", "flash_attn.flash_attn_func", "flash_attn.flash_attn_varlen_func",
-                          "flash_attn.flash_attn_with_kvcache", "flash_attn.bert_padding",
-                          "flash_attn.layers.rotary", "flash_attn_interface"),
+                  covers=("flash_attn", "flash_attn.flash_attn_func", "flash_attn.flash_attn_varlen_func", "flash_attn.flash_attn_with_kvcache", "flash_attn.bert_padding", "flash_attn.layers.rotary", "flash_attn_interface"),
                   why="flash-attn cannot be built or installed on Ascend (it needs CUDA); realhf/AReaL, Twinkle's "
                       "ring attention, FA3-style code (nanochat) and many training scripts import it directly.",
                   what="provides `flash_attn` (FA2 API incl. bert_padding, layers.rotary and the private "
@@ -85,7 +83,6 @@ def provide(ctx):
 
 @flash_attn.patch("transformers.integrations.npu_flash_attention:npu_flash_attn_varlen_func",
                   id="flash_attn.transformers_varlen", requires={"transformers": ">=4.50,<5.24"},
-                  covers=("transformers.integrations.npu_flash_attention.npu_flash_attn_varlen_func",),
                   why="on an NPU transformers' flash_attention_2 runs its own varlen function, which reads "
                       "cu_seqlens_q and cu_seqlens_k to the host in every layer: two syncs per layer per "
                       "generated token when a batch is padded.",

@@ -22,7 +22,7 @@ hf_accelerate = PatchSet(
 
 
 @hf_accelerate.patch(
-    "accelerate.state:PartialState.__init__", covers=("nccl", "ddp_backend"),
+    "accelerate.state:PartialState.__init__", covers=("nccl",),
     why="accelerate raises 'Your assigned backend nccl is not available, please use hccl' when a CUDA job names "
         "NCCL (TrainingArguments(ddp_backend='nccl'), PartialState(backend='nccl')) on an NPU.",
     what="backend='nccl' (or 'cpu:gloo,cuda:nccl') becomes 'hccl' ('cpu:gloo,npu:hccl') when the NPU is the "

@@ -27,7 +27,7 @@ _BNB_HINTS = ("bnb", "8bit", "paged_", "4bit")
 
 @hf_transformers.patch(
     "transformers.training_args:TrainingArguments.__post_init__",
-    covers=("TrainingArguments.tf32", "TrainingArguments.use_liger_kernel", "bitsandbytes"),
+    covers=("bitsandbytes",),
     why="TrainingArguments(tf32=True) raises 'requires Ampere or a newer GPU arch' without CUDA; "
         "use_liger_kernel and bitsandbytes optimizers need CUDA/Triton kernels and fail deep inside training.",
     what="tf32=True/False drives the NPU's HF32 matmul and conv switches (torch.npu.matmul/conv.allow_hf32, "
@@ -71,7 +71,6 @@ def training_args_post_init(ctx):
 
 @hf_transformers.patch(
     "transformers.trainer:Trainer.get_optimizer_cls_and_kwargs", kind="replace",
-    covers=("adamw_torch_fused",),
     why="optim='adamw_torch_fused' asks for torch's fused CUDA AdamW kernel; the NPU's fused AdamW is "
         "torch_npu.optim.NpuFusedAdamW (transformers' 'adamw_torch_npu_fused'), which takes fp32/fp16 params only.",
     what="with fp32/fp16 trainable parameters on the NPU, adamw_torch_fused (and adamw_torch_npu_fused) give "
@@ -105,7 +104,7 @@ def get_optimizer_cls_and_kwargs(ctx):
 
 @hf_transformers.patch(
     "transformers.utils.quantization_config:BitsAndBytesConfig.__init__", fidelity="unsupported",
-    covers=("bitsandbytes", "BitsAndBytesConfig"),
+    covers=("bitsandbytes",),
     why="QLoRA / 4-bit and 8-bit loading go through bitsandbytes' CUDA kernels; on an NPU they fail at load "
         "or first forward with an unrelated error.",
     what="BitsAndBytesConfig(load_in_4bit=True or load_in_8bit=True) raises UnsupportedOnNPUError naming the "

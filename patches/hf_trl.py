@@ -26,7 +26,7 @@ hf_trl = PatchSet(
 
 @hf_trl.patch(
     "trl.generation.vllm_client:VLLMClient.init_communicator", fidelity="unsupported",
-    covers=("trl.vllm_client",), requires={"trl": ">=1.10"},
+    requires={"trl": ">=1.10"},
     why="trl's server-mode weight sync joins vLLM's NCCL weight-transfer engine; with the trainer on an NPU "
         "it fails with 'needs a CUDA device' after the vLLM server is already up.",
     what="with an NPU device, raises UnsupportedOnNPUError naming vllm_mode='server' weight sync and the ways "
@@ -73,7 +73,7 @@ class _MultiDeviceView:
 
 @hf_trl.patch(
     "transformers.training_args:TrainingArguments.distributed_state", kind="add", id="hf_trl.multi_npu_checks",
-    covers=(), sweep=False,
+    sweep=False,
     why="trl's trainers clear model_init_kwargs['device_map'] only when `args.distributed_state.distributed_type in "
         "['MULTI_GPU', 'DEEPSPEED']`; accelerate says MULTI_NPU on an NPU, so a multi-process run keeps "
         "device_map='auto' and stops with \"You can't train a model that has been loaded with device_map='auto' in "

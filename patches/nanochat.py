@@ -52,7 +52,7 @@ def ascend_peak_flops(device_name: str) -> float | None:
     return None
 
 
-@nanochat.patch("nanochat.common:get_peak_flops", id="nanochat.peak_flops", covers=("nanochat.common.get_peak_flops",),
+@nanochat.patch("nanochat.common:get_peak_flops", id="nanochat.peak_flops",
                 why="base_train computes MFU from get_peak_flops(torch.cuda.get_device_name(0)); Ascend names are "
                     "not in its table, so it warns and answers inf (MFU 0%).",
                 what="Ascend device names (Ascend910B*, Ascend910_93*, Ascend910*) get their dense bf16 peak "
@@ -80,7 +80,7 @@ def _translate_device_type_args(argv: list[str]) -> list[tuple[int, str]]:
     return changes
 
 
-@nanochat.patch("nanochat.common", kind="call", id="nanochat.device_type_arg", covers=(),
+@nanochat.patch("nanochat.common", kind="call", id="nanochat.device_type_arg",
                 why="the hand port's commands pass --device-type=npu; nanochat accepts cuda|cpu|mps (chat_cli and "
                     "chat_eval reject npu in argparse, compute_init asserts).",
                 what="when nanochat.common is imported (before the script parses its arguments), a "
@@ -105,7 +105,7 @@ def device_type_arg(ctx):
     return undo
 
 
-@nanochat.patch("nanochat.flash_attention", kind="call", id="nanochat.fa3", covers=(),
+@nanochat.patch("nanochat.flash_attention", kind="call", id="nanochat.fa3",
                 why="nanochat picks FlashAttention-3 at import time from the kernels hub; without the kernels "
                     "package (or with it but no NPU answer) it falls back to SDPA, whose sliding-window path "
                     "builds explicit masks.",
@@ -141,7 +141,6 @@ def fa3(ctx):
 
 
 @nanochat.patch("nanochat.fp8:convert_to_float8_training", kind="replace", fidelity="neutral", id="nanochat.fp8",
-                covers=("nanochat.fp8.convert_to_float8_training",),
                 why="--fp8 swaps Linear layers for Float8Linear, whose matmuls are torch._scaled_mm fp8 GEMMs: "
                     "Atlas A2/A3 NPUs have none (torch_features would stop the run at the first step).",
                 what="the conversion returns the model unchanged, with a warning and a report entry: training "

@@ -88,7 +88,7 @@ def merge_runtime_env(runtime_env):
 
 
 @ray_set.patch(
-    "ray._private.worker:init", id="ray.init", covers=("ray.init",),
+    "ray._private.worker:init", id="ray.init",
     why="workers of a Ray cluster started on its own (`ray start --head`, then ray.init(address='auto')) do not "
         "inherit the driver's environment: tasks and actors run without the shim ('Torch not compiled with CUDA "
         "enabled').",
@@ -115,7 +115,6 @@ def ray_init(ctx):
 
 @ray_set.patch(
     "ray.dashboard.modules.job.sdk:JobSubmissionClient.submit_job", id="ray.submit_job",
-    covers=("ray.job_submission",),
     why="a Ray Job's tasks and actors run in workers of the cluster, which need not have the shim.",
     what="submit_job adds the same activation to the job's runtime_env (merged with the user's); the entrypoint "
          "itself is activated when it is `python -m ascend_shim run script.py` (reported).",
@@ -141,7 +140,7 @@ def _sim_only(ctx):
 
 @ray_set.patch(
     "ray._private.accelerators.npu:NPUAcceleratorManager.get_current_node_num_accelerators", kind="replace",
-    id="ray.sim_npu_count", covers=(),
+    id="ray.sim_npu_count",
     why="Ray counts NPUs through AscendCL or /dev/davinci*, which the emulated NPU does not have: no NPU resource, "
         "so resources={'NPU': 1} and NPU placement groups never schedule.",
     what="with the sim backend, the node's NPU count is the emulated device count (ASCEND_SHIM_SIM_DEVICES); "
@@ -160,7 +159,7 @@ def num_npus(ctx):
 
 @ray_set.patch(
     "ray._private.accelerators.npu:NPUAcceleratorManager.get_current_node_accelerator_type", kind="replace",
-    id="ray.sim_npu_type", covers=(),
+    id="ray.sim_npu_type",
     why="Ray asks AscendCL for the NPU type and logs a traceback when it is missing, as on the emulated NPU.",
     what="with the sim backend, answers the emulated device's name (the accelerator_type resource). Not applied "
          "with real NPUs.",

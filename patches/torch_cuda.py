@@ -395,7 +395,7 @@ def _npu_type_name(value):
     return None
 
 
-@cuda.patch("torch:Tensor.type", covers=("Tensor.type",),
+@cuda.patch("torch:Tensor.type",
             why="x.type('torch.cuda.HalfTensor') and x.type(torch.cuda.HalfTensor) convert to a CUDA tensor type.",
             what="the CUDA type (string or class) becomes the NPU's (torch.npu.HalfTensor): same dtype, on the NPU; "
                  "other arguments pass through.",
@@ -417,7 +417,7 @@ def tensor_type(ctx):
 
 
 for _name in ("custom_fwd", "custom_bwd"):
-    cuda.patch(f"torch.amp:{_name}", covers=(f"torch.cuda.amp.{_name}", f"torch.amp.{_name}"),
+    cuda.patch(f"torch.amp:{_name}", covers=(f"torch.cuda.amp.{_name}",),
                why=f"@torch.amp.{_name}(device_type='cuda') (and torch.cuda.amp.{_name}) bind to CUDA autocast.",
                what="device_type 'cuda' -> 'npu'.", remove_when=REMOVE)(
         lambda ctx, _name=_name: translate_device(ctx.original, f"torch.amp.{_name}", "device_type", ints=False))

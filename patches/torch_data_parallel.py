@@ -161,7 +161,7 @@ def functional_data_parallel(ctx):
 def _declare_comm(name: str) -> None:
     @data_parallel.patch(
         f"torch.nn.parallel.comm:{name}", kind="replace", fidelity="unsupported",
-        covers=(f"torch.cuda.comm.{name}", f"torch.nn.parallel.comm.{name}"),
+        covers=(f"torch.cuda.comm.{name}",),
         id=f"torch_data_parallel.comm.{name}",
         why=f"torch.cuda.comm.{name} calls a CUDA-only kernel of torch._C; with torch_npu it fails with an "
             "AttributeError.",

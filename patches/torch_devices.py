@@ -25,7 +25,7 @@ devices = PatchSet(
 # -- torch.device and other classes constructed with a device ----------------------------------------------
 # The classes stay the real ones (``type(d) is torch.device``, pickling by reference, dynamo): their C
 # constructor is hooked instead of the class being replaced (see _constructors).
-@devices.patch("torch:device", kind="call", fidelity="exact", covers=("torch.device", "device-string:cuda"),
+@devices.patch("torch:device", kind="call", fidelity="exact", covers=("device-string:cuda",),
                why="torch.device('cuda') is the boundary where CUDA code names its device; on an NPU machine a "
                    "cuda device object fails in every op it reaches.",
                what="torch.device(...) builds the real torch.device; a cuda one comes back as npu (same index). "
@@ -86,7 +86,7 @@ for _cls in ("Generator", "Stream", "Event"):
         return hook_constructor(getattr(torch, _cls), _device_kw_new(f"torch.{_cls}"),
                                 probe=() if _cls == "Generator" else ("cpu",))
 
-    devices.patch(f"torch:{_cls}", kind="call", covers=(f"torch.{_cls}",),
+    devices.patch(f"torch:{_cls}", kind="call",
                   why=f"torch.{_cls}(device='cuda') names a CUDA device.",
                   what=f"torch.{_cls}(...) builds the real class with a cuda device translated to npu; the class "
                        "stays the identical object.",
@@ -114,21 +114,21 @@ def _factory_wrapper(ctx, name, api):
 
 for _name in FACTORIES:
     _target = f"torch.nested:{_name}" if _name == "nested_tensor" else f"torch:{_name}"
-    devices.patch(_target, covers=(f"torch.{_name}",),
+    devices.patch(_target,
                   why=f"torch.{_name}(..., device='cuda') allocates on CUDA.",
                   what="the device= keyword is translated (str, torch.device, int index); nothing else is touched.",
                   remove_when=REMOVE)(
         lambda ctx, _name=_name: _factory_wrapper(ctx, _name, f"torch.{_name}"))
 
 for _name in ("fftfreq", "rfftfreq"):
-    devices.patch(f"torch.fft:{_name}", covers=(f"torch.fft.{_name}",),
+    devices.patch(f"torch.fft:{_name}",
                   why=f"torch.fft.{_name}(..., device='cuda') allocates on CUDA.",
                   what="the device= keyword is translated.", remove_when=REMOVE)(
         lambda ctx, _name=_name: _factory_wrapper(ctx, _name, f"torch.fft.{_name}"))
 
 
 # -- Tensor -----------------------------------------------------------------------------------------------------
-@devices.patch("torch:Tensor.to", covers=("Tensor.to",),
+@devices.patch("torch:Tensor.to",
                why="x.to('cuda'), x.to(0), x.to(torch.device('cuda')), x.to(other, 'cuda') move data to CUDA.",
                what="a device given positionally or as device= is translated; dtype-only and tensor-argument "
                     "calls go straight through (one type check).",
@@ -200,12 +200,12 @@ def tensor_is_cuda(ctx):
 
 
 for _name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros"):
-    devices.patch(f"torch:Tensor.{_name}", covers=(f"Tensor.{_name}",),
+    devices.patch(f"torch:Tensor.{_name}",
                   why=f"x.{_name}(..., device='cuda') allocates on CUDA.", what="the device= keyword is translated.",
                   remove_when=REMOVE)(
         lambda ctx, _name=_name: translate_device(ctx.original, f"Tensor.{_name}"))
 
-devices.patch("torch:Tensor.pin_memory", covers=("Tensor.pin_memory",),
+devices.patch("torch:Tensor.pin_memory",
               why="x.pin_memory('cuda') pins for the CUDA device.",
               what="the (deprecated) device argument is translated.", remove_when=REMOVE)(
     lambda ctx: translate_device(ctx.original, "Tensor.pin_memory", ints=False))
@@ -224,14 +224,14 @@ def module_cuda(ctx):
     return cuda
 
 
-@devices.patch("torch.nn:Module.to", covers=("Module.to",),
+@devices.patch("torch.nn:Module.to",
                why="model.to('cuda') / model.to(0) moves parameters to CUDA.",
                what="a positional or device= CUDA device is translated.", remove_when=REMOVE)
 def module_to(ctx):
     return translate_device(ctx.original, "Module.to")
 
 
-@devices.patch("torch.nn:Module.to_empty", covers=("Module.to_empty",),
+@devices.patch("torch.nn:Module.to_empty",
                why="model.to_empty(device='cuda') materialises meta modules on CUDA.",
                what="the device= keyword is translated.", remove_when=REMOVE)
 def module_to_empty(ctx):
@@ -239,7 +239,7 @@ def module_to_empty(ctx):
 
 
 # -- serialization, default device, amp, data -------------------------------------------------------------------
-@devices.patch("torch:load", covers=("torch.load",),
+@devices.patch("torch:load",
                why="checkpoints saved on GPUs restore to 'cuda:N'; map_location='cuda' names CUDA.",
                what="map_location values only (str, device, dict values) are translated, never the file name; "
                     "storages tagged cuda:N restore to npu:N (with no map_location, after a callable that returns "
@@ -295,13 +295,13 @@ def load(ctx):
     return load_
 
 
-devices.patch("torch:set_default_device", covers=("torch.set_default_device",),
+devices.patch("torch:set_default_device",
               why="torch.set_default_device('cuda') makes every factory allocate on CUDA.",
               what="the device argument is translated.", remove_when=REMOVE)(
     lambda ctx: translate_device(ctx.original, "torch.set_default_device"))
 
 
-@devices.patch("torch.amp.autocast_mode:autocast.__init__", covers=("torch.autocast", "torch.cuda.amp.autocast"),
+@devices.patch("torch.amp.autocast_mode:autocast.__init__", covers=("torch.cuda.amp.autocast",),
                why="torch.autocast('cuda') / torch.cuda.amp.autocast() enable CUDA autocast, which does nothing "
                    "to npu tensors: mixed precision silently off.",
                what="device_type 'cuda' -> 'npu' (torch.cuda.amp.autocast passes 'cuda' and is covered too).",
@@ -311,7 +311,7 @@ def autocast_init(ctx):
 
 
 for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype"):
-    devices.patch(f"torch:{_name}", covers=(f"torch.{_name}",),
+    devices.patch(f"torch:{_name}",
                   why=f"torch.{_name}('cuda', ...) asks about CUDA autocast.",
                   what="device_type 'cuda' -> 'npu'.", remove_when=REMOVE)(
         lambda ctx, _name=_name: translate_device(ctx.original, f"torch.{_name}", "device_type", ints=False))
@@ -328,14 +328,13 @@ def grad_scaler_init(ctx):
 
 
 @devices.patch("torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler.__init__",
-               covers=("ShardedGradScaler",),
                why="FSDP's ShardedGradScaler defaults to device 'cuda'.", what="device 'cuda' -> 'npu'.",
                remove_when=REMOVE)
 def sharded_grad_scaler_init(ctx):
     return translate_device(ctx.original, "ShardedGradScaler", ints=False)
 
 
-@devices.patch("torch.utils.data.dataloader:DataLoader.__init__", covers=("DataLoader.pin_memory_device",),
+@devices.patch("torch.utils.data.dataloader:DataLoader.__init__",
                why="DataLoader(pin_memory_device='cuda') pins for CUDA.",
                what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE)
 def dataloader_init(ctx):

@@ -49,7 +49,7 @@ def _backend_wrapper(orig, api):
     return wrapper
 
 
-@dist.patch("torch.distributed:init_process_group", covers=("nccl", "torch.distributed.init_process_group"),
+@dist.patch("torch.distributed:init_process_group", covers=("nccl",),
             why="init_process_group('nccl') fails on an NPU machine (no NCCL); device_id=cuda:N names CUDA.",
             what="backend 'nccl' -> 'hccl', 'cpu:gloo,cuda:nccl' -> 'cpu:gloo,npu:hccl', device_id cuda -> npu; "
                  "init_method and other strings untouched.",
@@ -58,13 +58,13 @@ def init_process_group(ctx):
     return _backend_wrapper(ctx.original, "torch.distributed.init_process_group")
 
 
-@dist.patch("torch.distributed:new_group", covers=("torch.distributed.new_group",),
+@dist.patch("torch.distributed:new_group",
             why="new_group(backend='nccl') names NCCL.", what="backend 'nccl' -> 'hccl'.", remove_when=REMOVE)
 def new_group(ctx):
     return _backend_wrapper(ctx.original, "torch.distributed.new_group")
 
 
-@dist.patch("torch.distributed:new_subgroups", covers=("torch.distributed.new_subgroups",),
+@dist.patch("torch.distributed:new_subgroups",
             why="new_subgroups(backend='nccl') names NCCL.", what="backend 'nccl' -> 'hccl'.", remove_when=REMOVE)
 def new_subgroups(ctx):
     return _backend_wrapper(ctx.original, "torch.distributed.new_subgroups")
@@ -90,7 +90,7 @@ def is_nccl_available(ctx):
     return is_nccl_available
 
 
-@dist.patch("torch.distributed:get_backend", kind="wrap", covers=("torch.distributed.get_backend",),
+@dist.patch("torch.distributed:get_backend", kind="wrap",
             why="user code compares get_backend() with 'nccl' and takes a CPU/gloo branch otherwise.",
             what="caller-aware: user code sees 'nccl' where the backend is hccl (reported); torch and native "
                  "libraries see 'hccl'.",
@@ -111,21 +111,21 @@ def get_backend(ctx):
     return get_backend
 
 
-@dist.patch("torch.distributed.device_mesh:init_device_mesh", covers=("torch.distributed.init_device_mesh",),
+@dist.patch("torch.distributed.device_mesh:init_device_mesh",
             why="init_device_mesh('cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
             remove_when=REMOVE)
 def init_device_mesh(ctx):
     return translate_device(ctx.original, "init_device_mesh", "device_type", ints=False)
 
 
-@dist.patch("torch.distributed.device_mesh:DeviceMesh.__init__", covers=("DeviceMesh",),
+@dist.patch("torch.distributed.device_mesh:DeviceMesh.__init__",
             why="DeviceMesh(device_type='cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
             remove_when=REMOVE)
 def device_mesh_init(ctx):
     return translate_device(ctx.original, "DeviceMesh", "device_type", ints=False)
 
 
-@dist.patch("torch.nn.parallel:DistributedDataParallel.__init__", covers=("DistributedDataParallel",),
+@dist.patch("torch.nn.parallel:DistributedDataParallel.__init__",
             why="DDP(device_ids=['cuda:0'], output_device='cuda:0') names CUDA devices.",
             what="each device_ids entry and output_device are translated (ints stay indices of the NPU).",
             remove_when=REMOVE)
@@ -163,7 +163,7 @@ def ddp_init(ctx):
     return __init__
 
 
-@dist.patch("torch.distributed.fsdp:FullyShardedDataParallel.__init__", covers=("FullyShardedDataParallel",),
+@dist.patch("torch.distributed.fsdp:FullyShardedDataParallel.__init__",
             why="FSDP(device_id=torch.device('cuda', i) or 'cuda:i') names CUDA.",
             what="device_id is translated.", remove_when=REMOVE)
 def fsdp_init(ctx):

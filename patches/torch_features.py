@@ -133,7 +133,7 @@ def matmul_flags(ctx):
     return _MatmulFlags(ctx.original, ctx.report)
 
 
-@features.patch("torch:set_float32_matmul_precision", covers=("torch.set_float32_matmul_precision",),
+@features.patch("torch:set_float32_matmul_precision",
                 why="set_float32_matmul_precision('high'/'medium') is the modern way to turn TF32 matmuls on on "
                     "CUDA; torch_npu does not map it, so the NPU kept full fp32 matmuls without a word.",
                 what="'high' and 'medium' also set torch.npu.matmul.allow_hf32 = True, 'highest' sets it False "
@@ -188,7 +188,7 @@ def cudnn_flags(ctx):
     return undo
 
 
-@features.patch("torch.jit._builtins:_find_builtin", covers=("torch.jit.script",),
+@features.patch("torch.jit._builtins:_find_builtin",
                 why="TorchScript compiles a call to torch.arange(...) etc. only if the callee is in its builtin "
                     "table, which torch builds at import, before the shim wraps the factories; @torch.jit.script "
                     "functions calling a wrapped factory then fail to compile (realhf's "

@@ -90,7 +90,7 @@ def _install_hooks(torch) -> callable:
     return undo
 
 
-@serialization.patch("torch:save", covers=("torch.save", "torch.distributed.checkpoint"),
+@serialization.patch("torch:save",
                      why="tensors on the NPU are tagged npu:N and torch.device('cuda') objects became npu ones: a "
                          "checkpoint written that way opens neither on a CUDA machine nor on plain torch with "
                          "map_location or weights_only=True.",

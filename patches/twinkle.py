@@ -71,7 +71,6 @@ def _translate_mesh_type(value):
 
 
 @twinkle.patch("twinkle.utils.device_mesh:DeviceMesh.__post_init__", id="twinkle.device_mesh",
-               covers=("DeviceMesh",),
                why="cookbooks build twinkle.DeviceMesh(device_type='cuda', ...); the mesh then creates torch "
                    "device meshes, process groups and tensors on 'cuda'.",
                what="device_type 'cuda' becomes 'npu' (reported) before Twinkle's own checks run.",
@@ -90,7 +89,7 @@ def device_mesh_post_init(ctx):
     return __post_init__
 
 
-@twinkle.patch("twinkle.utils.device_mesh:DeviceGroup.__init__", id="twinkle.device_group", covers=(),
+@twinkle.patch("twinkle.utils.device_mesh:DeviceGroup.__init__", id="twinkle.device_group",
                why="cookbooks declare DeviceGroup(device_type='GPU' or 'cuda'); Ray placement then asks for GPU "
                    "resources and CUDA_VISIBLE_DEVICES, which an Ascend node does not offer.",
                what="device_type 'GPU'/'cuda' becomes 'NPU' (reported) when the NPU backend is up; 'CPU' and "

@@ -264,20 +264,20 @@ _WHAT_ARGS = ("before vLLM's own __post_init__: checks vllm-ascend is installed,
               "device='cuda' -> 'auto'; enforce_eager=True when the caller did not choose.")
 
 
-@vllm.patch("vllm.engine.arg_utils:EngineArgs.__init__", covers=("vllm.EngineArgs", "vllm serve"),
+@vllm.patch("vllm.engine.arg_utils:EngineArgs.__init__",
             why=_WHY_ARGS, what=_WHAT_ARGS, remove_when="vllm-ascend translates these itself")
 def engine_args_init(ctx):
     return _init_wrapper(ctx)
 
 
-@vllm.patch("vllm.engine.arg_utils:AsyncEngineArgs.__init__", covers=("vllm.AsyncEngineArgs", "vllm serve"),
+@vllm.patch("vllm.engine.arg_utils:AsyncEngineArgs.__init__",
             why="AsyncEngineArgs (AsyncLLMEngine, the OpenAI server) is a dataclass with its own generated "
                 "__init__; " + _WHY_ARGS, what=_WHAT_ARGS, remove_when="vllm-ascend translates these itself")
 def async_engine_args_init(ctx):
     return _init_wrapper(ctx)
 
 
-@vllm.patch("vllm.engine.arg_utils:EngineArgs.add_cli_args", covers=("vllm serve --enforce-eager",),
+@vllm.patch("vllm.engine.arg_utils:EngineArgs.add_cli_args",
             why="vllm serve / the OpenAI api_server / trl vllm-serve build EngineArgs from every parsed option, "
                 "so 'not given' and '--no-enforce-eager' look the same by then; the NPU default must be the "
                 "parser's.",
@@ -298,7 +298,7 @@ def add_cli_args(ctx):
     return staticmethod(wrapper)
 
 
-@vllm.patch("vllm.entrypoints.llm:LLM.__init__", covers=("vllm.LLM",),
+@vllm.patch("vllm.entrypoints.llm:LLM.__init__",
             why="vllm.LLM(...) passes its own enforce_eager=False default on to EngineArgs explicitly, so only "
                 "here can 'not given' be told apart from a user's choice.",
             what="defaults enforce_eager=True (reported) when the caller did not pass it; the EngineArgs patch "
@@ -317,7 +317,7 @@ def llm_init(ctx):
     return __init__
 
 
-@vllm.patch("env:VLLM_PLUGINS", kind="env", covers=("env:VLLM_PLUGINS",),
+@vllm.patch("env:VLLM_PLUGINS", kind="env",
             why="VLLM_PLUGINS is an allow-list of vLLM plugins; a CUDA setup that sets it (to trim general "
                 "plugins) would keep vllm-ascend's platform plugin from loading.",
             what="when VLLM_PLUGINS is set and lacks 'ascend', ',ascend' is appended (children inherit it).",

@@ -52,6 +52,7 @@ class CoverageIndex:
     def __init__(self, patches: Iterable[Patch], rewrite: bool = True):
         self.patches = list(patches)
         self._entries = [_entry(p) for p in self.patches]
+        self._order = {p.id: i for i, p in enumerate(self.patches)}  # declaration order: core sets first
         self.rewrite = rewrite  # ASCEND_SHIM_REWRITE: does the user-code rewrite run at all?
 
     def _matches(self, key: str) -> list[Patch]:
@@ -68,9 +69,9 @@ class CoverageIndex:
         for key in keys:
             patches = self._matches(key)
             if patches:
-                best = min(_FIDELITY_RANK[p.fidelity] for p in patches)
-                chosen = [p for p in patches if _FIDELITY_RANK[p.fidelity] == best]
-                return Verdict(FIDELITY_VERDICT[chosen[0].fidelity], tuple(sorted(p.id for p in chosen)), key)
+                one = min(patches, key=lambda p: (_FIDELITY_RANK[p.fidelity], target_symbol(p.target) != key,
+                                                  self._order[p.id]))
+                return Verdict(FIDELITY_VERDICT[one.fidelity], (one.id,), key)
         reason = known_unsupported(keys)
         if reason:
             return Verdict("unsupported", (), "", f"no patch covers it; {reason}")

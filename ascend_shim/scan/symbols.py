@@ -36,10 +36,11 @@ Symbols, by category
                     ``torch.cuda.graph_pool_handle``.
 ``nvml``            ``pynvml[.<name>]`` (also ``py3nvml``, ``GPUtil``); ``program:nvidia-smi`` for
                     ``nvidia-smi`` in a string (``subprocess.run(["nvidia-smi", ...])``).
-``env``             ``env:<VAR>`` for a CUDA / NCCL variable named in a string: ``CUDA_*``, ``NCCL_*``,
+``env``             ``env:<VAR>`` for a CUDA / NCCL variable the program reads or sets: ``CUDA_*``, ``NCCL_*``,
                     ``TORCH_NCCL_*``, ``PYTORCH_CUDA_ALLOC_CONF``, ``PYTORCH_ALLOC_CONF`` (the NPU allocator reads
-                    ``PYTORCH_NPU_ALLOC_CONF``), ``CUDNN_*``, ``CUBLAS_*``, ``NVIDIA_*``
-                    (``os.environ["CUDA_VISIBLE_DEVICES"]``, ``"CUDA_VISIBLE_DEVICES=0 torchrun ..."``).
+                    ``PYTORCH_NPU_ALLOC_CONF``), ``CUDNN_*``, ``CUBLAS_*``, ``NVIDIA_*`` -- in
+                    ``os.environ[...]``, ``os.environ.get/setdefault/pop``, ``os.getenv``, ``"X" in os.environ``
+                    and ``env={...}`` dicts; a name that only appears in a message is not a finding.
 ``cuda-ext``        dotted names under ``apex``, ``bitsandbytes``, ``liger_kernel``, ``deepspeed.ops``,
                     ``cupy``, ``pycuda``, ``xformers``, ``transformer_engine``;
                     ``torch.utils.cpp_extension.CUDAExtension``.
@@ -71,7 +72,9 @@ provided ``flash_attn`` contains ``flash_attn.flash_attn_func``).
 
 The first key that some selected patch matches decides, exact matches before broad ones; the patch's
 ``fidelity`` gives the verdict: ``exact`` -> ``covered``, ``fallback`` -> ``fallback``, ``neutral`` ->
-``neutral``, ``unsupported`` -> ``unsupported``; several patches on one key: the best fidelity wins. When no
+``neutral``, ``unsupported`` -> ``unsupported``. One patch is named per finding: of several on one key, the
+best fidelity, then the patch whose target is that symbol itself, then the first declared (the torch sets come
+before library and project sets). When no
 patch matches any key, a finding matching :data:`KNOWN_UNSUPPORTED` (CUDA features with no NPU equivalent) is
 ``unsupported`` and anything else is ``not covered``.
 """
@@ -178,10 +181,6 @@ _BACKEND_SPEC_RE = re.compile(r"^([a-z]+:)?nccl$|^([a-z]+:[a-z]+,)+[a-z]+:[a-z]+
 ENV_VAR_RE = re.compile(
     r"^(CUDA_[A-Z0-9_]+|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|PYTORCH_(CUDA_)?ALLOC_CONF|PYTORCH_NVML_BASED_CUDA_CHECK"
     r"|CUDNN_[A-Z0-9_]+|CUBLAS_[A-Z0-9_]+|CUBLASLT_[A-Z0-9_]+|NVIDIA_[A-Z0-9_]+)$")
-#: the same names inside a longer string, assigned: "CUDA_VISIBLE_DEVICES=0 python train.py"
-ENV_ASSIGN_RE = re.compile(
-    r"\b(CUDA_[A-Z0-9_]+|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|PYTORCH_(?:CUDA_)?ALLOC_CONF|CUDNN_[A-Z0-9_]+"
-    r"|NVIDIA_[A-Z0-9_]+)=")
 NVIDIA_SMI_RE = re.compile(r"(?<![\w-])nvidia-smi(?![\w-])")
 
 #: top-level modules of CUDA extension libraries (``deepspeed`` only below ``deepspeed.ops``)
@@ -320,14 +319,29 @@ def classify_string(value: str) -> list[tuple[str, str, tuple[str, ...]]]:
         out.append((NCCL_CATEGORY, NCCL, (NCCL,)))
     elif ENV_VAR_RE.match(value):
         out.append((ENV, f"env:{value}", (f"env:{value}",)))
-    else:
-        for m in ENV_ASSIGN_RE.finditer(value):
-            sym = f"env:{m.group(1)}"
-            if all(o[1] != sym for o in out):
-                out.append((ENV, sym, (sym,)))
     if NVIDIA_SMI_RE.search(value):
         out.append((NVML, NVIDIA_SMI, (NVIDIA_SMI,)))
     return out
+
+
+#: symbols scan reports that are not Python names
+FIXED_SYMBOLS = frozenset({DEVICE_STRING_CUDA, DEVICE_COMPARE_CUDA, DEVICE_COMPARE_NCCL, DEVICE_COMPARE_IS_CUDA,
+                           METHOD_CUDA, NVIDIA_SMI, NCCL, FP8, CUDA_GRAPH, REDUCE_OP_AVG, GRAD_SCALER_DEFAULT,
+                           *METHOD_CUDA_KEYS, *IS_CUDA_KEYS})
+
+
+def is_symbol(entry: str) -> bool:
+    """Is ``entry`` a key some scan finding can carry (what a ``Patch.covers`` entry must be)? Globs count
+    when their fixed prefix is one."""
+    if entry in FIXED_SYMBOLS:
+        return True
+    if entry.startswith("env:"):
+        return bool(ENV_VAR_RE.match(entry[4:]) or re.match(r"^[A-Z0-9_]*[*?]$", entry[4:]))
+    head = re.split(r"[*?\[]", entry, 1)[0].rstrip(".")
+    if head != entry:
+        return bool(head) and (head in FIXED_SYMBOLS or classify_api(head) is not None)
+    hit = classify_api(entry)
+    return hit is not None and entry in hit[2]
 
 
 def is_cuda_device_string(value: str) -> bool:

@@ -61,6 +61,7 @@ class Visitor(ast.NodeVisitor):
         self._skip: set[int] = _docstring_nodes(tree)   # ids of nodes already reported (or docstrings)
         self._seen: set[tuple[int, int, str]] = set()
         self._collect_imports(tree)
+        self._env_names: set[int] = self._collect_env_names(tree)
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
     def _add(self, node, category: str, symbol: str, keys, text: str) -> None:
@@ -86,6 +87,36 @@ class Visitor(ast.NodeVisitor):
                         continue
                     local = a.asname or a.name
                     self.aliases[local] = None if node.level else f"{node.module}.{a.name}"
+
+    def _collect_env_names(self, tree) -> set[int]:
+        """Ids of the string constants that name an environment variable where the program reads or sets it:
+        ``os.environ[...]``, ``os.environ.get/setdefault/pop(...)``, ``os.getenv/putenv/unsetenv(...)``,
+        ``"X" in os.environ``, and the keys of a dict literal given to ``os.environ.update`` or as ``env=``."""
+        found: set[int] = set()
+
+        def environ(node) -> bool:
+            return self.qualname(node) == "os.environ"
+
+        def keys_of(node):
+            if isinstance(node, ast.Dict):
+                found.update(id(k) for k in node.keys if k is not None)
+
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and environ(node.value):
+                found.add(id(node.slice))
+            elif isinstance(node, ast.Call):
+                q = self.qualname(node.func)
+                if q in _ENV_CALLS and node.args:
+                    found.add(id(node.args[0]))
+                elif q == "os.environ.update" and node.args:
+                    keys_of(node.args[0])
+                for k in node.keywords:
+                    if k.arg == "env":
+                        keys_of(k.value)
+            elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                    and any(environ(c) for c in node.comparators):
+                found.add(id(node.left))
+        return found
 
     def qualname(self, node) -> str | None:
         """``torch.cuda.synchronize`` for an attribute chain rooted at an imported name, else None."""
@@ -190,14 +221,18 @@ class Visitor(ast.NodeVisitor):
                 self.visit(v)
                 continue
             for cat, sym, keys in S.classify_string(s):
-                if cat != S.DEVICE_STRING:
+                if cat not in (S.DEVICE_STRING, S.ENV):
                     self._add(node, cat, sym, keys, _short(_literal_text(node)))
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if not isinstance(node.value, str) or id(node) in self._skip:
             return
         for cat, sym, keys in S.classify_string(node.value):
-            self._add(node, cat, sym, keys, _short(repr(node.value)))
+            if cat != S.ENV or id(node) in self._env_names:  # a name in a message is no environment read
+                self._add(node, cat, sym, keys, _short(repr(node.value)))
+
+
+_ENV_CALLS = ("os.environ.get", "os.environ.setdefault", "os.environ.pop", "os.getenv", "os.putenv", "os.unsetenv")
 
 
 def _literal_text(node) -> str:
