@@ -16,7 +16,7 @@ import shutil
 import sys
 import zipfile
 
-from .config import BACKENDS, ENV_VARS, LOG_LEVELS, Config
+from .config import ENV_VARS, Config, add_options
 from .errors import ConfigError, ShimError
 
 #: modules that only launch workers: their own process prints no summary (rank 0 of the workers does)
@@ -26,15 +26,7 @@ LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "accelerate", 
 
 def _add_toggle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulate", action="store_true", help="use the emulated NPU (same as --backend sim)")
-    p.add_argument("--backend", choices=BACKENDS, help="npu | sim | auto (env ASCEND_SHIM_BACKEND)")
-    p.add_argument("--disable", help="comma list of patch-set / patch ids not to apply (ASCEND_SHIM_DISABLE)")
-    p.add_argument("--only", help="comma list of the only patch sets / patches to apply (ASCEND_SHIM_ONLY)")
-    p.add_argument("--enable", help="comma list of off-by-default patch sets to turn on (ASCEND_SHIM_ENABLE)")
-    p.add_argument("--strict", action="store_true", default=None,
-                   help="a patch that cannot apply is an error (ASCEND_SHIM_STRICT=1)")
-    p.add_argument("--report", metavar="PATH", help="write JSON reports (ASCEND_SHIM_REPORT)")
-    p.add_argument("--log-level", choices=LOG_LEVELS, help="ascend_shim logger level (ASCEND_SHIM_LOG)")
-    p.add_argument("--patch-modules", help="extra patch-set modules (ASCEND_SHIM_PATCH_MODULES)")
+    add_options(p, "backend", "disable", "only", "enable", "strict", "report", "log", "patch_modules")
 
 
 def _config_from(ns) -> Config:
@@ -42,7 +34,7 @@ def _config_from(ns) -> Config:
     if ns.simulate and ns.backend and ns.backend != "sim":
         raise ConfigError(f"--simulate contradicts --backend {ns.backend}")
     return Config.from_env(backend=backend, disable=ns.disable, only=ns.only, enable=ns.enable,
-                           strict=ns.strict, log=ns.log_level, report=ns.report, patch_modules=ns.patch_modules)
+                           strict=ns.strict, log=ns.log, report=ns.report, patch_modules=ns.patch_modules)
 
 
 def build_parser() -> argparse.ArgumentParser:

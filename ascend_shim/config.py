@@ -29,31 +29,45 @@ class EnvVar:
     default: str
     values: str
     doc: str
+    flag: str = ""  # the command-line option setting it ("" when only the environment does)
+    flag_help: str = ""
+    choices: tuple[str, ...] = ()
+    switch: bool = False  # the option takes no value (sets 1)
+    metavar: str = ""
 
 
-#: Every environment toggle, in README order. The README table and the CLI help are generated from this.
+#: Every setting, in documentation order: its environment variable and, where it has one, its command-line
+#: option. The configuration table of the documentation and the CLI options are generated from this.
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ASCEND_SHIM", "enabled", "0", "0 | 1",
            "Activate the shim in every Python process of the environment that loads the bootstrap or example "
            "`sitecustomize` (set by `ascend-shim run` for its children)."),
     EnvVar("ASCEND_SHIM_BACKEND", "backend", "auto", "npu | sim | auto",
            "`npu`: the real torch_npu. `sim`: the CPU-backed emulated NPU. `auto`: torch_npu if importable, "
-           "else an error (never a silent CPU fallback)."),
+           "else an error (never a silent CPU fallback).",
+           flag="--backend", flag_help="npu | sim | auto", choices=BACKENDS),
     EnvVar("ASCEND_SHIM_DISABLE", "disable", "", "comma list of patch-set or patch ids (globs allowed, `*` = all)",
-           "Patch sets or single patches not to apply."),
+           "Patch sets or single patches not to apply.",
+           flag="--disable", flag_help="comma list of patch-set / patch ids not to apply", metavar="IDS"),
     EnvVar("ASCEND_SHIM_ONLY", "only", "", "comma list of patch-set or patch ids",
-           "Apply only these patch sets or patches."),
+           "Apply only these patch sets or patches.",
+           flag="--only", flag_help="comma list of the only patch sets / patches to apply", metavar="IDS"),
     EnvVar("ASCEND_SHIM_ENABLE", "enable", "", "comma list of patch-set ids",
-           "Turn on patch sets that are off by default (e.g. `fast_ops`)."),
+           "Turn on patch sets that are off by default (e.g. `fast_ops`).",
+           flag="--enable", flag_help="comma list of off-by-default patch sets to turn on", metavar="IDS"),
     EnvVar("ASCEND_SHIM_STRICT", "strict", "0", "0 | 1",
            "A patch that cannot apply (missing attribute, version out of range, error) stops the program "
-           "instead of being skipped and reported."),
+           "instead of being skipped and reported.",
+           flag="--strict", flag_help="a patch that cannot apply is an error", switch=True),
     EnvVar("ASCEND_SHIM_LOG", "log", "warning", " | ".join(LOG_LEVELS),
-           "Level of the `ascend_shim` logger (stderr); `off` also silences the exit summary."),
+           "Level of the `ascend_shim` logger (stderr); `off` also silences the exit summary.",
+           flag="--log-level", flag_help="ascend_shim logger level", choices=LOG_LEVELS),
     EnvVar("ASCEND_SHIM_REPORT", "report", "", "path of a .json file",
-           "Write the migration report of each process as JSON (rank or pid added to the name for workers)."),
+           "Write the migration report of each process as JSON (rank or pid added to the name for workers).",
+           flag="--report", flag_help="write JSON reports to PATH", metavar="PATH"),
     EnvVar("ASCEND_SHIM_PATCH_MODULES", "patch_modules", "", "comma list of importable module names",
-           "Extra modules defining `PATCH_SETS` (user or third-party patch sets)."),
+           "Extra modules defining `PATCH_SETS` (user or third-party patch sets).",
+           flag="--patch-modules", flag_help="extra patch-set modules", metavar="MODULES"),
     EnvVar("ASCEND_SHIM_CUDA_CAPABILITY", "cuda_capability", "8.0", "major.minor",
            "What `torch.cuda.get_device_capability()` answers user code: 8.0 leads code to bf16 paths and away "
            "from fp8 / Hopper-only kernels, which the NPU lacks."),
@@ -85,6 +99,18 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Tests only: the emulated HCCL copies through host memory instead of aliasing npu memory."),
 )
 _BY_FIELD = {v.field: v for v in ENV_VARS}
+
+
+def add_options(parser, *fields: str) -> None:
+    """Add the command-line options of the settings ``fields`` to an argparse parser (``dest`` = the field)."""
+    for field in fields:
+        v = _BY_FIELD[field]
+        help_text = f"{v.flag_help} ({v.name})"
+        if v.switch:
+            parser.add_argument(v.flag, dest=v.field, action="store_true", default=None, help=help_text)
+        else:
+            parser.add_argument(v.flag, dest=v.field, choices=v.choices or None, help=help_text,
+                                metavar=v.metavar or None)
 
 
 def _parse_bool(name: str, raw: str) -> bool:

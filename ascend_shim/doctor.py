@@ -757,8 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "usage errors")
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("--simulate", action="store_true", help="check for the emulated NPU (ASCEND_SHIM_BACKEND=sim)")
-    p.add_argument("--backend", choices=("npu", "sim", "auto"), help="backend to check for (ASCEND_SHIM_BACKEND)")
-    p.add_argument("--patch-modules", help="extra patch-set modules (ASCEND_SHIM_PATCH_MODULES)")
+    from .config import add_options
+
+    add_options(p, "backend", "patch_modules")
     return p
 
 

@@ -64,9 +64,10 @@ def env_table() -> str:
     """The README table of environment toggles, from :data:`ascend_shim.config.ENV_VARS`."""
     from .config import ENV_VARS
 
-    rows = ["| variable | values | default | what it does |", "|---|---|---|---|"]
+    rows = ["| variable | option | values | default | what it does |", "|---|---|---|---|---|"]
     for v in ENV_VARS:
-        cells = [f"`{v.name}`", v.values, f"`{v.default}`" if v.default else "(empty)", v.doc]
+        cells = [f"`{v.name}`", f"`{v.flag}`" if v.flag else "", v.values,
+                 f"`{v.default}`" if v.default else "(empty)", v.doc]
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(rows) + "\n"
 

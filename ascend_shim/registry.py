@@ -21,6 +21,7 @@ import pkgutil
 import types
 from typing import Any, Callable, Iterable
 
+from . import fidelity
 from .errors import ConfigError
 from .versions import Project
 
@@ -35,9 +36,6 @@ KINDS = {
     "env": "environment variables are translated",
     "call": "custom code runs and returns its own undo",
 }
-#: what a patch does when its feature has no NPU equivalent: ``exact`` translation, ``fallback`` (exact but
-#: slower, recorded), ``unsupported`` (clear error), ``neutral`` (documented neutral value, recorded)
-FIDELITY = ("exact", "fallback", "unsupported", "neutral")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +61,8 @@ class Patch:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"patch {self.id}: unknown kind {self.kind!r}; kinds: {', '.join(KINDS)}")
-        if self.fidelity not in FIDELITY:
-            raise ValueError(f"patch {self.id}: unknown fidelity {self.fidelity!r}; one of {FIDELITY}")
+        if self.fidelity not in fidelity.NAMES:
+            raise ValueError(f"patch {self.id}: unknown fidelity {self.fidelity!r}; one of {fidelity.NAMES}")
         for field in ("id", "target", "why", "what", "remove_when"):
             if not getattr(self, field).strip():
                 raise ValueError(f"patch {self.id or '?'}: metadata field {field!r} is empty")

@@ -7,10 +7,9 @@ called ``x.py``, which are never opened for reading). Each finding is ``path:lin
 **symbol**, and a coverage verdict computed from the declared patch metadata of the registered patch sets
 (``Patch.covers``, ``Patch.target``, ``Patch.fidelity``) -- never from a list kept here:
 
-``covered``      a selected patch covers it with fidelity ``exact``
-``fallback``     ... with fidelity ``fallback`` (works, slower or approximated; recorded at run time)
-``neutral``      ... with fidelity ``neutral`` (a documented neutral value)
-``unsupported``  a patch declares it unsupported, or no patch covers a CUDA feature with no NPU equivalent
+``covered`` / ``fallback`` / ``neutral`` / ``unsupported``
+                 the verdict of the covering patch's fidelity (:mod:`ascend_shim.fidelity`); ``unsupported``
+                 also when no patch covers a CUDA feature with no NPU equivalent
 ``not covered``  no patch declares anything about it
 
 The symbol naming scheme -- what ``Patch.covers`` entries should say -- and the matching rules are defined in
@@ -171,6 +170,8 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..config import add_options
+
     p = argparse.ArgumentParser(
         prog="ascend-shim scan", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Static scan of a repository's .py files for CUDA-specific code, with the shim's coverage "
@@ -182,8 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", action="store_true", help="JSON output")
     fmt.add_argument("--csv", action="store_true", help="CSV output (one row per finding)")
     p.add_argument("--only-unsupported", action="store_true", help="show only findings judged unsupported")
-    p.add_argument("--patch-modules", help="extra patch-set modules (ASCEND_SHIM_PATCH_MODULES)")
-    p.add_argument("--backend", choices=("npu", "sim"), help="judge coverage for this backend (default npu)")
+    add_options(p, "patch_modules", "backend")
     return p
 
 

@@ -11,10 +11,10 @@ import fnmatch
 from typing import Iterable
 
 from ..registry import Patch, PatchSet
-from .symbols import FIDELITY_VERDICT, VERDICTS, known_unsupported, target_symbol
+from .. import fidelity
+from .symbols import VERDICTS, known_unsupported, target_symbol
 
 _GLOB_CHARS = set("*?[")
-_FIDELITY_RANK = {"exact": 0, "fallback": 1, "neutral": 2, "unsupported": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +69,9 @@ class CoverageIndex:
         for key in keys:
             patches = self._matches(key)
             if patches:
-                one = min(patches, key=lambda p: (_FIDELITY_RANK[p.fidelity], target_symbol(p.target) != key,
+                one = min(patches, key=lambda p: (fidelity.RANK[p.fidelity], target_symbol(p.target) != key,
                                                   self._order[p.id]))
-                return Verdict(FIDELITY_VERDICT[one.fidelity], (one.id,), key)
+                return Verdict(fidelity.VERDICT[one.fidelity], (one.id,), key)
         reason = known_unsupported(keys)
         if reason:
             return Verdict("unsupported", (), "", f"no patch covers it; {reason}")

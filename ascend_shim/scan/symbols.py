@@ -71,8 +71,7 @@ is: env targets are symbols already), and *broadly* when a ``covers`` entry is a
 provided ``flash_attn`` contains ``flash_attn.flash_attn_func``).
 
 The first key that some selected patch matches decides, exact matches before broad ones; the patch's
-``fidelity`` gives the verdict: ``exact`` -> ``covered``, ``fallback`` -> ``fallback``, ``neutral`` ->
-``neutral``, ``unsupported`` -> ``unsupported``. One patch is named per finding: of several on one key, the
+``fidelity`` gives the verdict (:mod:`ascend_shim.fidelity`). One patch is named per finding: of several on one key, the
 best fidelity, then the patch whose target is that symbol itself, then the first declared (the torch sets come
 before library and project sets). When no
 patch matches any key, a finding matching :data:`KNOWN_UNSUPPORTED` (CUDA features with no NPU equivalent) is
@@ -82,6 +81,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
+
+from ..fidelity import FIDELITIES
 
 # -- categories (one per finding; the scan's summary counts per category) -------------------------------------
 TORCH_CUDA = "torch.cuda"
@@ -142,8 +143,7 @@ KINDS = ("api", "device-string", "device-compare", "method", "env", "program", "
 _FAMILIES = (NCCL, FP8, CUDA_GRAPH)
 
 #: verdicts, best first
-VERDICTS = ("covered", "fallback", "neutral", "unsupported", "not covered")
-FIDELITY_VERDICT = {"exact": "covered", "fallback": "fallback", "neutral": "neutral", "unsupported": "unsupported"}
+VERDICTS = tuple(f.verdict for f in FIDELITIES) + ("not covered",)
 
 DATA_PARALLEL_SYMBOL = "torch.nn.DataParallel"
 _DATA_PARALLEL_NAMES = {"torch.nn.DataParallel": DATA_PARALLEL_SYMBOL,
