@@ -8,7 +8,7 @@ Each check prints one line with a verdict and, when something is wrong, a fix::
     info  facts worth knowing, never a problem
 
 Checked, in order: the shim's own settings and backend; the Python version against the torch_npu line
-(torch_npu.md §6); the torch / torch_npu pairing (the same base version X.Y.Z, ``.postN`` and ``+cpu`` allowed);
+(torch_npu's wheels); the torch / torch_npu pairing (the same base version X.Y.Z, ``.postN`` and ``+cpu`` allowed);
 the CANN environment (``ASCEND_HOME_PATH`` / ``ASCEND_TOOLKIT_HOME``, ``LD_LIBRARY_PATH`` holding
 ``<home>/lib64``, ``ASCEND_OPP_PATH``: the effects of sourcing ``set_env.sh``) and the CANN version; the
 driver (``/usr/local/Ascend/driver``, its ``version.info``), ``npu-smi`` and the ``/dev/davinciN`` nodes; the

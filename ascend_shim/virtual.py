@@ -6,8 +6,9 @@ Two things the shim must make look installed although no wheel is present:
   ``import flash_attn`` answered by our provider. The alias is the very same module object, so
   ``torch_npu.npu is ascend_shim.sim.torch_npu.npu``.
 * a *distribution*: libraries detect packages with ``importlib.metadata.version("flash_attn")``; a
-  :class:`VirtualDistribution` answers such queries. A really installed distribution always wins, because
-  our finder sits at the end of ``sys.meta_path``.
+  :class:`VirtualDistribution` answers such queries. One is registered only where no real distribution of
+  that name is installed (the providing patch checks first): our finder sits first in ``sys.meta_path``, so
+  that an active alias is never shadowed by a module of the same name.
 
 Both are registered and unregistered explicitly, so deactivation leaves no trace.
 """

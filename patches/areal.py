@@ -15,7 +15,7 @@ detection picks ``NPUPlatform``. The rest of AReaL's CUDA surface needs no proje
   ``sitecustomize`` and get ``ASCEND_RT_VISIBLE_DEVICES`` per server from AReaL itself; in those children the
   ``vllm`` set declares vLLM and vLLM-Ascend native (vLLM-Ascend is a platform plugin that expects real CUDA
   answers);
-* ``vllm.device: npu`` / ``vLLMConfig(device="npu")`` -- the hand port's setting -- is accepted: the device of a
+* ``vllm.device: npu`` / ``vLLMConfig(device="npu")`` -- the setting of NPU ports of AReaL -- is accepted: the device of a
   vLLM server follows the platform (ASCEND_RT_VISIBLE_DEVICES + the vLLM-Ascend plugin), so the value is
   checked, recorded and kept out of the server command line (vLLM has no ``--device`` flag any more).
 """
@@ -54,12 +54,12 @@ def _check_device(value, report, where):
 
 
 @areal.patch("areal.api.cli_args:vLLMConfig.__init__", id="areal.vllm_config_device",
-             why="the hand port added vLLMConfig.device ('npu'); upstream vLLMConfig has no such field, so "
+             why="NPU ports of AReaL add vLLMConfig.device ('npu'); upstream vLLMConfig has no such field, so "
                  "vLLMConfig(device='npu') raises TypeError.",
              what="vLLMConfig(device=...) accepts npu/cuda/gpu/auto (anything else: a clear ValueError), records "
                   "it and keeps it as an instance attribute (config.device == 'npu') that is not a dataclass "
                   "field, so it never reaches the vLLM command line.",
-             remove_when="AReaL's vLLMConfig grows a device field, or the hand port's configs are gone")
+             remove_when="AReaL's vLLMConfig grows a device field, or configs written for NPU ports are gone")
 def vllm_config_init(ctx):
     orig, report = ctx.original, ctx.report
 
@@ -100,11 +100,11 @@ def _pop_vllm_device(cfg, config_cls, report):
 
 
 @areal.patch("areal.api.cli_args:to_structured_cfg", id="areal.vllm_yaml_device",
-             why="a YAML written for the hand port sets vllm.device: npu; merging it into AReaL's structured "
+             why="a YAML written for an NPU port sets vllm.device: npu; merging it into AReaL's structured "
                  "config fails ('Key device not in vLLMConfig').",
              what="before the merge, a device key under vllm (or *.vllm_config) is checked (npu/cuda/gpu/auto), "
                   "recorded and dropped: the NPU platform already decides the server's device.",
-             remove_when="AReaL's vLLMConfig grows a device field, or the hand port's configs are gone")
+             remove_when="AReaL's vLLMConfig grows a device field, or configs written for NPU ports are gone")
 def to_structured_cfg(ctx):
     orig, report = ctx.original, ctx.report
 

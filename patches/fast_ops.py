@@ -1,6 +1,6 @@
 """Optional NPU fused kernels where the numerics are the same (off by default: ``ASCEND_SHIM_ENABLE=fast_ops``).
 
-* ``torch.optim.AdamW`` -> ``torch_npu.optim.NpuFusedAdamW`` (the hand port of seed 004 did this by hand) for
+* ``torch.optim.AdamW`` -> ``torch_npu.optim.NpuFusedAdamW`` (what NPU ports of training loops do by hand) for
   fp32/fp16 parameters on the NPU, same update rule; anything else (bf16 params, maximize, capturable, tensor lr,
   params off the NPU, AdamW subclasses) keeps torch's AdamW, reported.
 * RMSNorm -> ``torch_npu.npu_rms_norm``: ``torch.nn.RMSNorm``, and transformers' ``*RMSNorm`` modules whose
@@ -57,7 +57,7 @@ def _once_translated(report, api: str, detail: str) -> None:
 # -- AdamW ---------------------------------------------------------------------------------------------------
 @fast_ops.patch("torch.optim:AdamW", kind="replace",
                 why="torch's AdamW runs one small kernel per tensor and op on the NPU; torch_npu's NpuFusedAdamW "
-                    "updates all parameters from combined buffers (the seed-004 hand port switched to it).",
+                    "updates all parameters from combined buffers (NPU training ports switch to it by hand).",
                 what="torch.optim.AdamW(...) returns an NpuFusedAdamW (made safe for zero_grad(set_to_none=True)) "
                      "when every trainable parameter is fp32/fp16 on the NPU and no maximize/capturable/"
                      "differentiable/tensor-lr option is used; otherwise torch's AdamW, reported. AdamW "

@@ -1,7 +1,7 @@
 """trl on the NPU: its native NPU paths, and a clear stop where its vLLM server weight sync needs CUDA.
 
 Without vLLM, GRPO/DPO/SFT trainers delegate devices to accelerate and run on the NPU as they are
-(targets.md section 5.3). trl 1.16's server-mode weight sync (``VLLMClient.init_communicator``) goes through
+(trl's own NPU support). trl 1.16's server-mode weight sync (``VLLMClient.init_communicator``) goes through
 vLLM's NCCL weight-transfer engine and refuses a non-CUDA device with a NotImplementedError; colocate mode
 (``vllm_mode="colocate"``) builds ``vllm.LLM`` in-process, which the ``vllm`` set prepares for vllm-ascend.
 (Older trl read ``torch.cuda.get_device_properties(device).uuid`` there and moved FSDP params to ``"cuda"``;

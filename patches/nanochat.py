@@ -13,7 +13,7 @@ before importing torch (environment). This set adds what is nanochat's own:
 * ``--fp8``: Float8 training needs ``torch._scaled_mm`` fp8 GEMMs, absent on Atlas A2/A3; the conversion is
   turned off (warned and reported) and the model trains in its compute dtype;
 * MFU: ``get_peak_flops`` knows Ascend parts (it answers inf, i.e. MFU 0%, for them);
-* ``--device-type npu`` (the hand port's spelling) is accepted by every script, as ``cuda``.
+* ``--device-type npu`` (how NPU ports of nanochat spell it) is accepted by every script, as ``cuda``.
 
 nanochat is not a distribution (run from a checkout; PyPI's ``nanochat`` is an unrelated package), so the set
 has no version gate: its patches wait for ``nanochat.*`` modules and skip, reported, where the attributes they
@@ -81,7 +81,7 @@ def _translate_device_type_args(argv: list[str]) -> list[tuple[int, str]]:
 
 
 @nanochat.patch("nanochat.common", kind="call", id="nanochat.device_type_arg",
-                why="the hand port's commands pass --device-type=npu; nanochat accepts cuda|cpu|mps (chat_cli and "
+                why="commands written for NPU ports of nanochat pass --device-type=npu; nanochat accepts cuda|cpu|mps (chat_cli and "
                     "chat_eval reject npu in argparse, compute_init asserts).",
                 what="when nanochat.common is imported (before the script parses its arguments), a "
                      "--device-type npu in sys.argv becomes cuda, which the shim runs on the NPU; reported.",

@@ -74,7 +74,7 @@ LEGACY_TENSORS = {"BFloat16Tensor": "bfloat16", "BoolTensor": "bool", "ByteTenso
 # The torch.npu names this set maps onto, and what its patch does where a torch_npu release lacks one:
 # "skip" -- resolved through _npu(), so the patch is skipped and reported; "fallback" -- a reported fallback;
 # "required" -- read directly, it must exist in every torch_npu release of the set's torch range.
-# (tests/contract checks this against the real releases.)
+# (the contract tests check this against the real releases.)
 NPU_NAMES = {**{name: "skip" for name in (*ALIASES, *DEVICE_ARG, "NPUGraph", "default_generators")},
              "mstx": "fallback", "is_available": "required", "device_count": "required",
              "get_device_properties": "required"}
@@ -224,7 +224,7 @@ def get_device_properties(ctx):
 @cuda.patch("torch.cuda:is_tf32_supported", kind="replace", fidelity="neutral",
             covers=("torch.cuda.is_tf32_supported",),
             why="code enables TF32 matmuls only if supported; the NPU's counterpart is HF32.",
-            what="answers True (HF32 plays TF32's role; see the torch_backends set for the flags).",
+            what="answers True (HF32 plays TF32's role; the torch_features set maps the TF32 flags onto it).",
             remove_when=REMOVE)
 def is_tf32_supported(ctx):
     return lambda: True

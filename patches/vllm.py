@@ -1,4 +1,4 @@
-"""vLLM on the NPU (seed 003's evaluation step, AReaL / TRL rollout servers): vllm-ascend as the platform,
+"""vLLM on the NPU (evaluation steps, AReaL / TRL rollout servers): vllm-ascend as the platform,
 CUDA-only engine arguments translated, eager mode by default, version pairing checked.
 
 vLLM runs on Ascend through the vllm-ascend platform plugin (entry point ``vllm.platform_plugins`` name

@@ -5,7 +5,7 @@ extension), registers ``torch.npu`` and makes ``import torch_npu`` return the em
 (:mod:`ascend_shim.sim.torch_npu`). npu tensors are plain ``torch.Tensor``; what a real NPU rejects (mixing
 devices in one op, unemulated torch_npu APIs) is rejected the same way.
 
-Decisions where the hardware contract leaves room (see also torch_npu.md):
+Decisions where the hardware contract leaves room:
 
 * Optimizers: torch 2.13 lists privateuse1 among the foreach and fused devices, and torch_npu registers
   ``_fused_adamw_``/``_fused_adam_`` for NPU, so AdamW default (foreach), ``foreach=True`` and ``fused=True``

@@ -1,7 +1,7 @@
 """flash-attn attention on ``torch_npu.npu_fusion_attention``: the mapping, shared by the FA2 and FA3 modules.
 
 Exactly flash-attn's semantics (``_reference.py`` states them), mapped onto the fused op's contract
-(shared/reference/torch_npu.md 3.1/3.2):
+(torch_npu's documented signature and layouts):
 
 * ``softmax_scale`` defaults to ``1/sqrt(head_dim)`` and is always passed (the op's default is 1.0);
 * the visible band of query i is ``[i + Sk - Sq - left, i + Sk - Sq + right]`` (bottom-right aligned; ``causal``

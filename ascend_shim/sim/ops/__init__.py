@@ -10,7 +10,7 @@ with device-agnostic torch math (``_attention_core`` etc.). Each call is counted
 (quantization, prefix sparse modes, sinks, ...) raise :class:`NotEmulatedError`, a ``NotImplementedError`` (hence
 ``RuntimeError``) subclass whose message says so.
 
-Sources: the torch_npu schemas/docs (shared/reference/torch_npu.md section 3), op-plugin's
+Sources: the torch_npu schemas and documentation, op-plugin's
 ``FlashAttentionKernelNpuOpApi.cpp`` (argument checks, numels, seed/offset, dpse/dsink returns) and the CANN
 ``flash_attention_score`` tiling (band anchoring, invalid-row correction, varlen rejections). Deliberate choices
 where the hardware's behaviour is undocumented or where the emulator is stricter:

@@ -2,7 +2,7 @@
 
 The emulated release is the one paired with the running torch (torch 2.13.0 -> torch_npu 2.13.0; the newest
 post-release of that line). Behaviour that changed between lines is keyed here, from the real wheels' schemas
-(``tests/contract`` checks the table against them):
+(the contract tests check the table against them):
 
 * ``npu_fusion_attention_grad`` returns ``(dq, dk, dv, dpse)`` up to 2.5 and adds ``dsink`` from 2.6;
 * arguments added in later lines are refused by the emulated ops of an older line, as Python refuses an

@@ -1,7 +1,7 @@
 """Emulated ``torch_npu.npu_fusion_attention`` (training FlashAttention) and ``npu_fusion_attention_grad``.
 
 The contract (torch_npu 2.7.1.post11 .. 2.14.0 schema; op-plugin ``FlashAttentionKernelNpuOpApi.cpp``; CANN
-``flash_attention_score`` tiling; docs in shared/reference/torch_npu.md section 3.1/3.2):
+``flash_attention_score`` tiling; torch_npu's documentation of the op):
 
 * ``attention_out = Dropout(Softmax(Mask(scale * (pse + Q K^T), atten_mask)), keep_prob) V``: ``scale`` defaults to
   **1.0**, ``pse`` is added *before* scaling, masked scores are selected to -FLT_MAX.

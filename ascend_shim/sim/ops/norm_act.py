@@ -3,7 +3,7 @@
 * ``npu_rms_norm(input, gamma, epsilon=1e-06) -> (y, rstd)``: ``rstd = 1/sqrt(mean(x^2) + eps)`` over the trailing
   ``gamma.dim()`` dims, ``y = x * rstd * gamma``; ``rstd`` is fp32 shaped like ``input`` with the normalised dims
   set to 1 and is not differentiable. ``input`` has 2-8 dims, ``gamma.shape == input.shape[-gamma.dim():]`` and
-  gamma's dtype must equal the input dtype (torch_npu.md section 3.7).
+  gamma's dtype must equal the input dtype (torch_npu's documented constraints).
 * ``npu_swiglu(input, dim=-1) = silu(A) * B`` where ``A, B = input.chunk(2, dim)`` (A first); 1-8 dims, the split
   dim even.
 """
