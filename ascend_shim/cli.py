@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="patch sets and patches with metadata and status here")
     _add_toggle_options(lst)
     lst.add_argument("--format", choices=("text", "json", "markdown", "env-markdown"), default="text",
-                     help="markdown: the README coverage table; env-markdown: the README toggle table")
+                     help="markdown: the coverage table of docs/coverage.md; env-markdown: the settings table "
+                          "of docs/configuration.md")
 
     rep = sub.add_parser("report", help="pretty-print and merge JSON reports")
     rep.add_argument("files", nargs="+")

@@ -1,6 +1,6 @@
 """``ascend-shim list``: every patch set and patch, with metadata and status in this environment.
 
-Generated from the declarations alone, like the README coverage table (``--format markdown``), so the
+Generated from the declarations alone, like the coverage table of docs/coverage.md (``--format markdown``), so the
 documentation cannot drift from the code.
 """
 from __future__ import annotations
@@ -61,7 +61,7 @@ def render(config: Config, fmt: str = "text") -> str:
 
 
 def env_table() -> str:
-    """The README table of environment toggles, from :data:`ascend_shim.config.ENV_VARS`."""
+    """The table of settings (docs/configuration.md), from :data:`ascend_shim.config.ENV_VARS`."""
     from .config import ENV_VARS
 
     rows = ["| variable | option | values | default | what it does |", "|---|---|---|---|---|"]
@@ -82,7 +82,7 @@ def _cell(text: str) -> str:
 
 
 def coverage_table(data: list[dict]) -> str:
-    """The README coverage table: per patch set, one row per patch (sets folded with <details>)."""
+    """The coverage table (docs/coverage.md): per patch set, one row per patch (sets folded with <details>)."""
     out = []
     for s in data:
         req = _gates(s) or "no version gate"

@@ -2,7 +2,7 @@
 
 Declaring applies nothing. A :class:`PatchSet` names the distributions it supports (with version ranges) and
 holds :class:`Patch` records; every record carries the metadata that ``list``, the migration report, ``scan``
-and the README coverage table are generated from (id, target, kind, why, what, when it can be removed).
+and the coverage table of the documentation are generated from (id, target, kind, why, what, when it can be removed).
 
 Patch-set modules must be cheap to import: they declare, and import their targets only inside factories,
 which run when the target module is imported.
