@@ -261,9 +261,11 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
                     else:
                         REPORT.record_patch(p, "pending", f"applies when {p.module} is imported")
                         _state.selected[p.module].append(p)
-            _apply_all(at_once, config, chosen)
-            for module_name in sorted(_state.selected, key=lambda m: m.count(".")):
-                hooks.when_imported(module_name, lambda m, n=module_name: _on_import(n, generation, m))
+            with hooks.one_group():  # patches for modules already imported: one alias sweep for all of them
+                _apply_all(at_once, config, chosen, sweep=False)
+                for module_name in sorted(_state.selected, key=lambda m: m.count(".")):
+                    hooks.when_imported(module_name, lambda m, n=module_name: _on_import(n, generation, m))
+            _sweep()
         except BaseException:
             _deactivate_locked()
             raise

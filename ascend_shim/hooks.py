@@ -13,6 +13,7 @@ system's per-module lock already serialises two threads importing the same modul
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import sys
@@ -27,6 +28,7 @@ _watched: set[str] = set()  # module names (with their parents) the finder inter
 _pending: set[str] = set()  # imported modules whose hooks wait for a parent package to finish
 _batch_end: list[Callable[[], None]] = []  # run after each group of hooks that became ready together
 _guard = threading.local()
+_group = threading.local()  # .depth of one_group() blocks in this thread, .ran: hooks ran inside
 
 
 def _parents(name: str) -> list[str]:
@@ -123,14 +125,40 @@ def _module_finished(name: str | None) -> None:
             except BaseException as exc:  # run the other hooks, then let the first error through
                 errors.append(exc)
     if jobs:
-        for callback in list(_batch_end):
-            try:
-                callback()
-            except BaseException as exc:
-                errors.append(exc)
-        _maybe_drop_finder()
+        if getattr(_group, "depth", 0):
+            _group.ran = True  # one_group() runs the batch-end callbacks once, when it ends
+        else:
+            _end_batch(errors)
     if errors:
         raise errors[0]
+
+
+def _end_batch(errors: list) -> None:
+    for callback in list(_batch_end):
+        try:
+            callback()
+        except BaseException as exc:
+            errors.append(exc)
+    _maybe_drop_finder()
+
+
+@contextlib.contextmanager
+def one_group():
+    """Hooks that become ready inside this block (e.g. registered for modules already imported) count as one
+    group: the batch-end callbacks run once, when the block ends, instead of after each module."""
+    depth = getattr(_group, "depth", 0)
+    _group.depth = depth + 1
+    if depth == 0:
+        _group.ran = False
+    try:
+        yield
+    finally:
+        _group.depth = depth
+        if depth == 0 and _group.ran:
+            errors: list = []
+            _end_batch(errors)
+            if errors:
+                raise errors[0]
 
 
 def _maybe_drop_finder():

@@ -108,9 +108,9 @@ def _mark(obj, patch_id: str, wrapped) -> None:
 def sweep_aliases(changes: list[Change]) -> None:
     """Rebind copies of the originals held by already-imported modules (``from x import y``).
 
-    Every module's namespace is walked, so the walk allocates nothing per entry: originals are looked up by
-    hash where their type hashes by identity, by ``id`` otherwise, and only values of an original's type are
-    looked up at all.
+    Every module's namespace is walked: first by the ids of its values against the originals' (one pass in C,
+    enough for most modules), then, where one may match, by hash for types that hash by identity and by ``id``
+    otherwise, only for values of an original's type (no Python-level ``__hash__``/``__eq__`` ever runs).
     """
     by_id: dict[int, tuple[Any, Change]] = {}
     by_value: dict[Any, Change] = {}
@@ -129,6 +129,7 @@ def sweep_aliases(changes: list[Change]) -> None:
         return [(name, value) for name, value in namespace.items()
                 if (type(value) in hashed and value in by_value) or (type(value) in other and id(value) in by_id)]
 
+    ids = by_id.keys()
     with _lock:
         for mod_name, module in list(sys.modules.items()):
             if module is None or mod_name.startswith("ascend_shim"):
@@ -136,6 +137,11 @@ def sweep_aliases(changes: list[Change]) -> None:
             namespace = getattr(module, "__dict__", None)
             if not isinstance(namespace, dict):
                 continue
+            try:  # most namespaces hold no original: one pass in C tells
+                if ids.isdisjoint(map(id, namespace.values())):
+                    continue
+            except RuntimeError:
+                pass
             try:
                 found = copies(namespace)
             except RuntimeError:  # another thread changed the namespace while we walked it

@@ -17,9 +17,9 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -43,10 +43,28 @@ NUMPY_UNPINNED_SINCE = (0, 20)
 
 # -- what is installed ----------------------------------------------------------------------------------------
 def installed_version(dist: str) -> str | None:
+    """The installed version of ``dist``. Remembered per ``sys.path`` (reading a distribution's metadata parses
+    its whole METADATA file, about a millisecond, and activation asks for a few dozen)."""
+    key = (dist, tuple(sys.path))
     try:
-        return importlib.metadata.version(dist)
+        return _versions[key]
+    except KeyError:
+        pass
+    try:
+        version = importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
-        return None
+        version = None
+    if len(_versions) < 4096:
+        _versions[key] = version
+    return version
+
+
+_versions: dict[tuple, str | None] = {}
+
+
+def forget_installed() -> None:
+    """Distributions appeared or went (a virtual one registered): ask the metadata again."""
+    _versions.clear()
 
 
 def requirements_of(dist: str) -> list[str] | None:
@@ -142,6 +160,8 @@ def vllm_pairing(vllm_version: str | None, ascend_version: str | None) -> Pairin
 
 def pins_of(requires) -> dict[str, str]:
     """``{dist: specifier}`` of unconditional ``Requires-Dist`` lines (extras left out)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     pins = {}
     for raw in requires or ():
         try:

@@ -22,6 +22,8 @@ import sys
 import threading
 from pathlib import Path
 
+from . import versions
+
 _lock = threading.RLock()
 _aliases: dict[str, str] = {}  # alias top-level name -> real dotted prefix
 _distributions: dict[str, "VirtualDistribution"] = {}  # normalized name -> dist
@@ -182,12 +184,14 @@ def register_distribution(name: str, version: str, summary: str, top_level: tupl
     with _lock:
         _distributions[_normalize(name)] = VirtualDistribution(name, version, summary, top_level or (name,))
         _ensure_finder()
+    versions.forget_installed()
 
 
 def unregister_distribution(name: str) -> None:
     with _lock:
         _distributions.pop(_normalize(name), None)
         _drop_finder_if_unused()
+    versions.forget_installed()
 
 
 def real_distribution(name: str) -> importlib.metadata.Distribution | None:
