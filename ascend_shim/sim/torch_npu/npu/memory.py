@@ -220,12 +220,12 @@ def _live_storages(index: int | None) -> list[tuple[int, int, int]]:
     seen: dict[tuple[int, int], int] = {}
     for obj in gc.get_objects():
         if issubclass(type(obj), torch.Tensor) and not obj.is_meta and obj.device.type == "npu":
-            try:
+            try:  # fake and functional tensors (torch.compile's tracing) have no data pointer
                 storage = obj.untyped_storage()
+                if storage.nbytes() and obj.device.index in devices:
+                    seen[(obj.device.index, storage.data_ptr())] = storage.nbytes()
             except (RuntimeError, NotImplementedError):
                 continue
-            if storage.nbytes() and obj.device.index in devices:
-                seen[(obj.device.index, storage.data_ptr())] = storage.nbytes()
     found = [(d, addr, size) for (d, addr), size in sorted(seen.items())]
     for d in devices:
         missing = native.memory_stats(d)["live_bytes"] - sum(size for dd, _, size in found if dd == d)

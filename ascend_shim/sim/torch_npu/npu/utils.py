@@ -99,6 +99,7 @@ class _NPUDeviceProperties:
 
 def get_device_properties(device=None) -> _NPUDeviceProperties:
     _checked_index(device)
+    _lazy_init()  # as torch_npu: asking for the properties initializes the runtime
     return _NPUDeviceProperties(name=DEVICE_NAME, total_memory=_native().total_memory(), cube_core_num=20,
                                 vector_core_num=40, L2_cache_size=192 << 20)
 
