@@ -508,11 +508,8 @@ def test_warnings_are_not_left_behind():
 
 
 def test_memory_snapshot_ignores_tensors_without_storage_data():
-    """Fake tensors left alive by tracing (torch.compile, FakeTensorMode) hold npu storages with no data pointer."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode():
-        fake = torch.empty(64, device="npu:2")
+    """Functional tensors left alive by tracing (torch.compile) wrap npu storages with no data pointer."""
     keep = torch.empty(MiB, dtype=torch.uint8, device="npu:2")
+    functional = torch._to_functional_tensor(keep)
     assert any(s["address"] == keep.data_ptr() for s in torch.npu.memory_snapshot())
-    del fake, keep
+    del functional, keep
