@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 CATEGORIES = ("translated", "unsupported", "fallback", "rewritten", "env")
@@ -35,7 +36,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _internal_prefixes() -> tuple[str, ...]:
-    prefixes = [_HERE + os.sep, contextlib.__file__, functools.__file__, threading.__file__, "<frozen "]
+    prefixes = [_HERE + os.sep, contextlib.__file__, functools.__file__, threading.__file__, warnings.__file__,
+                "<frozen "]
+    extensions = importlib.util.find_spec("typing_extensions")  # its @deprecated wraps torch.cuda.amp classes
+    if extensions is not None and extensions.origin:
+        prefixes.append(extensions.origin)
     spec = importlib.util.find_spec("torch")
     if spec is not None and spec.submodule_search_locations:
         prefixes.extend(os.path.join(p, "") for p in spec.submodule_search_locations)

@@ -63,3 +63,19 @@ def test_a_library_frame_is_attributed_to_the_user_line_that_called_it():
         assert ("device='cuda' -> 'npu'", line, 3) in _events("Module.to")
     finally:
         ascend_shim.deactivate()
+
+
+def test_a_deprecated_torch_alias_is_attributed_to_the_user_line():
+    """torch.cuda.amp.GradScaler is wrapped by typing_extensions' @deprecated: that wrapper is not the call site."""
+    import warnings
+
+    ascend_shim.activate(backend="sim", inherit=False, log_level="off")
+    try:
+        REPORT.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            line = sys._getframe().f_lineno + 1
+            torch.cuda.amp.GradScaler(enabled=True)
+        assert ("device='cuda' -> 'npu'", line, 1) in _events("GradScaler")
+    finally:
+        ascend_shim.deactivate()
