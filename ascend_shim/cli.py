@@ -29,7 +29,8 @@ def _add_toggle_options(p: argparse.ArgumentParser) -> None:
     add_options(p, "backend", "disable", "only", "enable", "strict", "report", "log", "patch_modules")
 
 
-def _config_from(ns) -> Config:
+def config_from_args(ns) -> Config:
+    """The configuration the options of `run` / `list` give (over the environment)."""
     backend = "sim" if ns.simulate else ns.backend
     if ns.simulate and ns.backend and ns.backend != "sim":
         raise ConfigError(f"--simulate contradicts --backend {ns.backend}")
@@ -127,7 +128,7 @@ def _cmd_run(ns, parser) -> int:
     """Run the program as ``python`` would (see :mod:`ascend_shim.entry`), under the shim."""
     if ns.module is None and not ns.target:
         parser.error("run: give a script, -m module, or a program to run")
-    config = _config_from(ns)
+    config = config_from_args(ns)
     env = config.to_env()
     env["ASCEND_SHIM"] = "1"
     env["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
@@ -202,7 +203,7 @@ def _run_program(fn) -> int:
 def _cmd_list(ns) -> int:
     from .listing import render
 
-    config = _config_from(ns)
+    config = config_from_args(ns)
     print(render(config, ns.format))
     return 0
 

@@ -24,7 +24,7 @@ def test_an_option_and_its_environment_variable_configure_the_same(var, monkeypa
     ns = cli.build_parser().parse_args(argv)
     for v in ENV_VARS:
         monkeypatch.delenv(v.name, raising=False)
-    from_option = cli._config_from(ns)
+    from_option = cli.config_from_args(ns)
     monkeypatch.setenv(var.name, "1" if var.switch else value)
     from_env = Config.from_env()
     assert getattr(from_option, var.field) == getattr(from_env, var.field) != getattr(Config(), var.field)

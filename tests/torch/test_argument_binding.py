@@ -57,7 +57,7 @@ def test_declared_positions_match_the_installed_torch(api, name):
     owner, attr = {"Module.to": (torch.nn.Module, "to")}.get(api, (torch, api.rsplit(".", 1)[1]))
     orig = getattr(owner, attr)
     try:
-        shown = binding._bind(orig, name, "probe")
+        shown = bind(orig, name, "probe")
     except TargetMissing:
         shown = None
     if shown is not None and shown.source != "declared":
