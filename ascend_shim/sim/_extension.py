@@ -95,7 +95,9 @@ def load_or_build(name: str, directory: Path, build: Callable[[Path], ModuleType
         with open(directory.parent / f"{directory.name}.lock", "w") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)  # released by the OS even if this process dies
             if not so_path.exists():
-                return build(directory)
+                module = build(directory)
+                sys.modules[name] = module  # torch's loader does not register it; the op modules look it up
+                return module
     return _import_built(so_path, name)
 
 

@@ -287,3 +287,33 @@ def test_a_build_without_ninja_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setattr(cpp, "load", lambda **kw: pytest.fail("must not start a build without ninja"))
     with pytest.raises(ShimError, match=r"pip install 'ascend-shim\[sim\]'"):
         _extension._build(_extension.SIM, tmp_path, verbose=False)
+
+
+def test_a_fresh_build_is_importable_by_name_for_the_ops_that_need_it(tmp_path):
+    """torch's extension loader does not put the module in sys.modules; the first process on a machine builds
+    the emulator, and its dropout masks (which take the device generator's Philox state) must work too."""
+    from ascend_shim.sim import _extension
+
+    real_so = _extension.build_dir() / f"{_extension.SIM.name}.so"
+    result = run_python(f"""
+        import importlib.util, shutil, sys
+        import torch
+        from ascend_shim.sim import _extension
+        def torch_like_build(ext, directory, verbose):  # copies the built .so and loads it as torch does
+            target = directory / (ext.name + ".so")
+            shutil.copy({str(real_so)!r}, target)
+            spec = importlib.util.spec_from_file_location(ext.name, target)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        _extension._build = torch_like_build
+        import ascend_shim.sim
+        ascend_shim.sim.install()
+        import torch_npu
+        assert sys.modules[_extension.SIM.name] is _extension.load()
+        q = torch.randn(1, 8, 2, 16, dtype=torch.float16).npu()
+        out = torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", keep_prob=0.5)
+        print("OK", out[0].device)
+    """, env_extra={"ASCEND_SHIM_SIM_BUILD_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "OK npu:0"

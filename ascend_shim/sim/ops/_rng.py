@@ -11,10 +11,11 @@ a deterministic function of ``(seed, offset, numels, keep_prob)``.
 """
 from __future__ import annotations
 
-import sys
 import threading
 
 import torch
+
+from .. import _extension
 
 _lock = threading.Lock()
 
@@ -36,10 +37,7 @@ def _default_generator(device: torch.device) -> torch.Generator:
             return gens[idx]
         except Exception:  # noqa: BLE001 - fall through to the extension
             pass
-    ext = sys.modules.get("_ascend_shim_sim")
-    if ext is not None and hasattr(ext, "default_generator"):
-        return ext.default_generator(idx)
-    raise RuntimeError(f"ascend_shim sim: no default generator for {device}")
+    return _extension.load().default_generator(idx)
 
 
 def philox_engine_inputs(device: torch.device, increment: int = 10) -> tuple[int, int]:
@@ -50,10 +48,7 @@ def philox_engine_inputs(device: torch.device, increment: int = 10) -> tuple[int
         with _lock:
             offset = int(torch.randint(0, 1 << 40, (1,), generator=gen)) * 4
         return int(gen.initial_seed()), offset
-    ext = sys.modules.get("_ascend_shim_sim")
-    if ext is None:
-        raise RuntimeError(f"ascend_shim sim: the emulator is not loaded, no generator for {device}")
-    seed, offset = ext.philox_engine_inputs(gen, int(increment))
+    seed, offset = _extension.load().philox_engine_inputs(gen, int(increment))
     return int(seed), int(offset)
 
 
