@@ -26,11 +26,18 @@ def collect(config: Config) -> list[dict]:
             "patches": [{
                 "id": p.id, "target": p.target, "kind": p.kind, "fidelity": p.fidelity, "why": p.why,
                 "what": p.what, "remove_when": p.remove_when, "covers": list(p.covers),
-                "status": ("disabled: " + patch_disabled(p, s, config)) if patch_disabled(p, s, config)
-                else status,
+                "status": _patch_status(p, s, config, status),
             } for p in s.patches],
         })
     return out
+
+
+def _patch_status(p, s, config: Config, set_status_: str) -> str:
+    """As activation records it: a patch of a set that is not active has the set's status."""
+    if set_status_ != "active":
+        return set_status_
+    why = patch_disabled(p, s, config)
+    return f"disabled: {why}" if why else "active"
 
 
 def render(config: Config, fmt: str = "text") -> str:
