@@ -314,6 +314,19 @@ def _deactivate_locked() -> None:
             info["status"] = "reverted"
 
 
+def settle_start_up() -> None:
+    """Called once the shim is up and before the program's first line, in the processes the shim starts
+    (``run``, the bootstrap): every object alive now (the interpreter's start-up, the shim's modules and patch
+    declarations, all kept for the life of the process) moves to the collector's permanent generation, so
+    that the program's full collections do not walk them -- without this, the shim's objects add one full
+    collection to ``import torch``. ``ASCEND_SHIM_GC_FREEZE=0`` keeps the collector untouched."""
+    config = _state.config
+    if _state.active and config is not None and config.gc_freeze:
+        import gc
+
+        gc.freeze()
+
+
 def is_active() -> bool:
     return _state.active
 

@@ -143,6 +143,7 @@ def _cmd_run(ns, parser) -> int:
     except ShimError as exc:  # the shim itself could not start: one line, before any user code ran
         print(f"ascend-shim: error: {exc}", file=sys.stderr)
         return 1
+    activation.settle_start_up()
     if ns.module:
         if ns.module.split(".")[0] in LAUNCHERS or ns.module in LAUNCHERS:
             activation.set_summary_printing(False)

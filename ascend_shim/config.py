@@ -79,6 +79,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "load on NPUs without the shim."),
     EnvVar("ASCEND_SHIM_REWRITE", "rewrite", "1", "0 | 1",
            "Rewrite `x.device.type == \"cuda\"`-style comparisons in the user's own modules so they hold on the NPU."),
+    EnvVar("ASCEND_SHIM_GC_FREEZE", "gc_freeze", "1", "0 | 1",
+           "When a process starts under the shim (`run`, and the processes the bootstrap activates), the objects "
+           "that exist before the program's first line (the interpreter's start-up and the shim's own modules, "
+           "all long-lived) move to the garbage collector's permanent generation (`gc.freeze()`), so that the "
+           "collector's passes over the program never walk them. 0: leave the collector untouched."),
     EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package names",
            "Packages whose modules count as the user's code wherever they are installed (site-packages too)."),
     EnvVar("ASCEND_SHIM_USER_ROOTS", "user_roots", "", "directories separated by the path separator",
@@ -158,6 +163,7 @@ class Config:
     compile_backend: str = "eager"
     save_device: str = "cuda"
     rewrite: bool = True
+    gc_freeze: bool = True
     user_packages: tuple[str, ...] = ()
     user_roots: tuple[str, ...] = ()
     sim_devices: int = 8
@@ -251,7 +257,7 @@ def _coerce(var: EnvVar, raw):
         if value and value not in SIM_HCCL_AVG:
             raise ConfigError(f"{name}={raw!r} is not a policy; valid values: {', '.join(SIM_HCCL_AVG)}")
         return value
-    if var.field in ("enabled", "strict", "rewrite", "sim_build_verbose", "sim_hccl_no_alias"):
+    if var.field in ("enabled", "strict", "rewrite", "gc_freeze", "sim_build_verbose", "sim_hccl_no_alias"):
         return raw if isinstance(raw, bool) else _parse_bool(name, str(raw))
     if var.field == "backend":
         value = str(raw).strip().lower()

@@ -123,7 +123,8 @@ class PatchSet:
     def add(self, patch: Patch) -> Patch:
         if any(p.id == patch.id for p in self.patches):
             raise ValueError(f"patch set {self.id}: duplicate patch id {patch.id}")
-        patch = dataclasses.replace(patch, set_id=self.id)
+        if patch.set_id != self.id:
+            patch = dataclasses.replace(patch, set_id=self.id)
         self.patches.append(patch)
         return patch
 
@@ -136,7 +137,7 @@ class PatchSet:
             name = id or f"{self.id}.{target.replace(':', '.')}"
             self.add(Patch(id=name, target=target, kind=kind, why=why, what=what, remove_when=remove_when,
                            factory=factory, fidelity=fidelity, covers=tuple(covers),
-                           requires=tuple((requires or {}).items()), sweep=sweep))
+                           requires=tuple((requires or {}).items()), sweep=sweep, set_id=self.id))
             return factory
 
         return decorate
@@ -180,10 +181,8 @@ def builtin_patch_sets() -> list[PatchSet]:
 
 def entry_point_patch_sets() -> tuple[list[PatchSet], list[tuple[str, str]]]:
     """Third-party sets; a broken entry point is returned as (name, error) rather than raised."""
-    from importlib.metadata import entry_points
-
     sets, errors = [], []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _entry_points(ENTRY_POINT_GROUP):
         try:
             for s in _sets_from(ep.load(), f"entry point {ep.name}"):
                 s.source = f"entry point {ep.name} ({ep.value})"
@@ -191,6 +190,24 @@ def entry_point_patch_sets() -> tuple[list[PatchSet], list[tuple[str, str]]]:
         except Exception as exc:  # a third party must not break the user's program
             errors.append((ep.name, f"{type(exc).__name__}: {exc}"))
     return sets, errors
+
+
+def _entry_points(group: str) -> list:
+    """``importlib.metadata.entry_points(group=group)``, without parsing the entry points of every installed
+    distribution: only the files that mention the group are parsed (the first distribution of a name wins, as
+    in ``importlib.metadata``)."""
+    from importlib.metadata import distributions
+
+    found, seen = [], set()
+    for dist in distributions():
+        name = getattr(dist, "_normalized_name", None) or dist.metadata["Name"]
+        if name in seen:
+            continue
+        seen.add(name)
+        text = dist.read_text("entry_points.txt")
+        if text and group in text:
+            found.extend(ep for ep in dist.entry_points if ep.group == group)
+    return found
 
 
 def user_patch_sets(modules: Iterable[str]) -> list[PatchSet]:

@@ -32,9 +32,10 @@ def _activate():
     if os.environ.get("ASCEND_SHIM", "").strip().lower() not in ("1", "true", "yes", "on"):
         return
     try:
-        from ascend_shim.activation import activate
+        from ascend_shim.activation import activate, settle_start_up
 
         activate(root=False)
+        settle_start_up()
     except Exception as exc:
         if isinstance(exc, ModuleNotFoundError) and exc.name == "ascend_shim":
             return  # another interpreter of the job, without the shim: not ours to activate

@@ -122,6 +122,7 @@ class _Config:
         self.packages = tuple(packages)
         self.stdlib_dirs, self.site_dirs, self.own_dirs, self.prefixes = _dir_sets()
         self._dir_cache: dict[str, bool] = {}
+        self._below_cache: dict[str, bool] = {}  # directory -> a root lies below it
         self.seen_roots: dict[str, None] = {}  # import roots user modules came from (for the report)
 
     def named_package(self, fullname: str) -> bool:
@@ -166,6 +167,28 @@ class _Config:
                 return False
         return self.dir_is_users(os.path.dirname(origin))
 
+    def may_hold_users(self, fullname: str, path) -> bool:
+        """Can the submodule ``fullname``, searched for in its package's ``path``, be the user's? Not when
+        every directory of the package is outside the user's code (no root lies below one) and the name is not
+        a user package: then its files are not either, and the finder need not look for them."""
+        if self.named_package(fullname):
+            return True
+        if callers.is_native_package(fullname.partition(".")[0]):
+            return False
+        for directory in path:
+            if not isinstance(directory, str) or self.dir_is_users(directory):
+                return True
+            if self.roots and self._root_below(directory):
+                return True
+        return False
+
+    def _root_below(self, directory: str) -> bool:
+        hit = self._below_cache.get(directory)
+        if hit is None:
+            real = _real(directory)
+            hit = self._below_cache[directory] = any(_under(root, real) for root in self.roots)
+        return hit
+
     def describe(self) -> str:
         """The report's note: the rule, and the roots user modules were loaded from so far."""
         if self.roots:
@@ -209,6 +232,8 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
         # no shortcut on standard-library *names*: a user's test.py / profile.py / code.py shadows them
         if fullname.partition(".")[0] in _REFUSED_TOP:
             return None
+        if path is not None and not self.config.may_hold_users(fullname, path):
+            return None  # a submodule of a package outside the user's code: the other finders alone
         busy = getattr(_guard, "names", None)
         if busy is None:
             busy = _guard.names = set()

@@ -147,3 +147,40 @@ def test_list_shows_metadata_and_status(tmp_path):
     md = run_cli(["list", "--format", "markdown", "--patch-modules", "extra_sets"], cwd=tmp_path,
                  env={"PYTHONPATH": str(tmp_path)})
     assert "| extra.json.dumps | `json:dumps` | wrap | exact | wraps dumps | upstream fixes it |" in md.stdout
+
+
+GC_PROBE = '''
+import gc, subprocess, sys
+from ascend_shim import activation
+frozen = gc.get_freeze_count()
+child = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_freeze_count())"], capture_output=True,
+                       text=True, check=True)
+print(frozen, int(child.stdout), activation.is_active())
+'''
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_start_up_objects_are_frozen_before_the_first_line_unless_turned_off(tmp_path, setting):
+    """The shim's own objects stay out of the program's full collections, in `run` and in its children; with
+    ASCEND_SHIM_GC_FREEZE=0 the collector is left as Python sets it up."""
+    (tmp_path / "probe.py").write_text(GC_PROBE)
+    proc = run_cli(["run", "--simulate", "probe.py"], tmp_path, env={"ASCEND_SHIM_GC_FREEZE": setting,
+                                                                      "ASCEND_SHIM_LOG": "off"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    here, child, active = proc.stdout.split()
+    assert active == "True"
+    if setting == "1":
+        assert int(here) > 5000 and int(child) > 5000  # the interpreter's and the shim's modules
+    else:
+        assert int(here) == 0 and int(child) == 0
+
+
+def test_activating_inside_a_program_leaves_the_collector_alone():
+    """Only a process the shim starts is settled: a program that calls activate() itself keeps its collector."""
+    code = ("import gc, ascend_shim; ascend_shim.activate(backend='sim', inherit=False); "
+            "print(gc.get_freeze_count())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(env, ASCEND_SHIM_LOG="off"), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "0"

@@ -117,3 +117,37 @@ def test_editable_install_of_the_users_project_is_user_code(project, tmp_path):
     with open(os.path.join(site_dir, "__editable__.mylib-0.1.pth"), "w") as fh:
         fh.write(str(project / "src") + "\n")
     _assert_amp_on(_run(python, project), project)
+
+
+def test_submodules_of_environment_packages_are_left_to_the_other_finders(tree, monkeypatch):
+    """A package outside the user's code cannot hold user modules: the finder does not search for them (every
+    submodule search would otherwise be made twice when it fails)."""
+    import json
+
+    from ascend_shim.rewrite import hook
+
+    rewrite.install([])
+    searched, search = [], hook.RewriteFinder._spec_from_others
+    monkeypatch.setattr(hook.RewriteFinder, "_spec_from_others",
+                        lambda self, name, *a: searched.append(name) or search(self, name, *a))
+    assert hook._finder.find_spec("json.shimtest_missing", json.__path__) is None
+    tree.write(tree.site, "{p}sitepkg/__init__.py", "")
+    tree.write(tree.site, "{p}sitepkg/mod.py", "def f(d):\n    return d == 'cuda'\n")
+    tree.write(tree.other, "{p}userpkg/__init__.py", "")
+    tree.write(tree.other, "{p}userpkg/mod.py", "def f(d):\n    return d == 'cuda'\n")
+    assert __import__(tree.p + "sitepkg.mod").mod.f("npu") is False  # found by the others, not rewritten
+    __import__(tree.p + "userpkg.mod")
+    assert searched == [tree.p + "sitepkg", tree.p + "userpkg", tree.p + "userpkg.mod"]
+
+
+def test_a_root_below_a_package_outside_the_roots_is_still_the_users(tree, npu):
+    """``ASCEND_SHIM_USER_ROOTS`` naming a directory inside a package: the package is not the user's, the
+    modules below the root are, and are rewritten."""
+    tree.write(tree.other, "{p}outer/__init__.py", "")
+    tree.write(tree.other, "{p}outer/inner/__init__.py", "def g(d):\n    return d.type == 'cuda'\n")
+    tree.write(tree.other, "{p}outer/inner/mod.py", "def f(d):\n    return d.type == 'cuda'\n")
+    rewrite.install([str(tree.other / (tree.p + "outer") / "inner")])
+    mod = __import__(tree.p + "outer.inner.mod", fromlist=["f"])
+    assert mod.f(npu) is True
+    assert sys.modules[tree.p + "outer.inner"].g(npu) is True  # the root's own __init__.py
+    assert not rewrite.is_user_module(tree.p + "outer", str(tree.other / (tree.p + "outer") / "__init__.py"))
