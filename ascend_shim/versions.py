@@ -21,8 +21,6 @@ import re
 import sys
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 #: Python versions with torch_npu wheels, per torch_npu release line
 TORCH_NPU_PYTHON: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
@@ -92,10 +90,48 @@ def requirements_of(dist: str) -> list[str] | None:
 
 def satisfies(version: str, specifier: str) -> bool:
     """``"2.13.0+cpu"`` satisfies ``">=2.4,<2.15"``; pre-releases and local builds count as their version."""
+    plain = _plain_satisfies(version, specifier)
+    if plain is not None:
+        return plain
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     try:
         return SpecifierSet(specifier).contains(Version(version), prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
         return False
+
+
+_PLAIN_VERSION = re.compile(r"(\d+(?:\.\d+)*)(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?", re.IGNORECASE)
+#: a comparison with a final release R, or with a pre-/dev-release of R (``0.4.0.dev0``, ``2.0rc1``)
+_PLAIN_CLAUSE = re.compile(r"\s*(>=|<=|==|!=|<|>)\s*(\d+(?:\.\d+)*)((?:(?:a|b|rc)\d+)?(?:\.dev\d+)?)\s*")
+_COMPARE = {">=": tuple.__ge__, "<=": tuple.__le__, "==": tuple.__eq__, "!=": tuple.__ne__, "<": tuple.__lt__,
+            ">": tuple.__gt__}
+#: a final release C against a pre-release S of R (R's pre-releases lie between the releases before R and R):
+#: C >= S and C > S mean C >= R; C <= S and C < S mean C < R; C is never S
+_AGAINST_PRE = {">=": tuple.__ge__, ">": tuple.__ge__, "<=": tuple.__lt__, "<": tuple.__lt__,
+                "==": lambda c, r: False, "!=": lambda c, r: True}
+
+
+def _plain_satisfies(version: str, specifier: str) -> bool | None:
+    """PEP 440 for the common case -- a final release (a local label ignored, as PEP 440 ignores it against a
+    specifier without one) against comparisons with releases -- without importing ``packaging`` at start-up.
+    ``None``: not that case (a pre-, post- or dev-release installed, ``~=``, wildcards): ``packaging`` decides."""
+    match = _PLAIN_VERSION.fullmatch(version.strip())
+    if match is None:
+        return None
+    clauses = [_PLAIN_CLAUSE.fullmatch(c) for c in specifier.split(",")] if specifier.strip() else []
+    if any(c is None for c in clauses):
+        return None
+    have = tuple(int(n) for n in match.group(1).split("."))
+    for clause in clauses:
+        want = tuple(int(n) for n in clause.group(2).split("."))
+        width = max(len(have), len(want))  # 2.4 == 2.4.0
+        padded_have, padded_want = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
+        compare = (_AGAINST_PRE if clause.group(3) else _COMPARE)[clause.group(1)]
+        if not compare(padded_have, padded_want):
+            return False
+    return True
 
 
 def check_requirements(requires) -> tuple[bool, str, dict[str, str | None]]:
@@ -116,6 +152,8 @@ def release(version: str | None) -> tuple[int, ...] | None:
     """``(2, 13, 0)`` for ``"2.13.0.post3+cpu"``; None for no or an invalid version."""
     if not version:
         return None
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(version).release
     except InvalidVersion:

@@ -62,3 +62,42 @@ def test_a_project_gate_is_data_that_list_and_doctor_show(make, tmp_path, monkey
     row = next(s for s in listing.collect(Config()) if s["id"] == "areal")
     assert row["project"] == "areal >=0.5,<1.1 (the areal distribution, or areal/version.py of a checkout)"
     assert row["native"] == ["areal"]
+
+
+def test_the_plain_release_shortcut_agrees_with_packaging_everywhere():
+    """Start-up decides final releases against plain comparisons without packaging: on every combination of
+    versions (padding, local labels, pre/post/dev releases handed to packaging) the answer is packaging's."""
+    import itertools
+
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    from ascend_shim import versions
+
+    candidates = ["2.4", "2.4.0", "2.13.0+cpu", "2.14", "2.15.0", "3", "0.9.1", "5.23.0", "5.24", "1.16.0", "0.3",
+                  "0.3.9", "0.4", "0.5.2", "0.6", "4.99",
+                  "2.13.0.post3", "5.0.0.dev0", "2.14.0rc1", "0.4.0.dev0+abc", "1.0.post1+x.y"]
+    specs = ["", ">=2.4,<2.15", ">2.13", "<=2.13.0", "==2.13", "!=2.13.0", "<3", ">=4.50,<5.24", "==2.13.*",
+             "~=2.13", ">=0.4.0.dev0,<0.6", ">=1.0,<1.16", ">2.13.0", " >= 2.4 , < 2.15 ", ">=0.3.0.dev0,<0.4",
+             ">2.14rc1", "<=2.15.0a1", "==5.0.0.dev0", "!=2.14.0rc1", "<5.0.0b2.dev1", ">=2.13.0.post3",
+             ">=2.13.0+cpu"]
+    shortcut = 0
+    for version, spec in itertools.product(candidates, specs):
+        try:
+            expected = SpecifierSet(spec).contains(Version(version), prereleases=True)
+        except InvalidSpecifier:  # a local label in an ordered comparison: refused, never satisfied
+            expected = False
+        assert versions.satisfies(version, spec) is expected, (version, spec)
+        shortcut += versions._plain_satisfies(version, spec) is not None
+    assert shortcut > 50  # the shortcut decides most of them
+
+
+def test_activation_does_not_import_packaging():
+    import subprocess
+    import sys
+
+    code = ("import sys, ascend_shim; ascend_shim.activate(backend='sim', inherit=False, log_level='off'); "
+            "print(sorted(m for m in sys.modules if m.startswith('packaging')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
