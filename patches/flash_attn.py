@@ -113,4 +113,41 @@ def transformers_varlen(ctx):
     return npu_flash_attn_varlen_func
 
 
+@flash_attn.patch("transformers.modeling_flash_attention_utils:_get_unpad_data",
+                  id="flash_attn.transformers_unpad_once", requires={"transformers": ">=4.50,<5.24"},
+                  why="transformers' flash-attention path derives the unpadding data (indices, cumulative lengths, "
+                      "the longest length read to the host) from the attention mask in every layer: one host "
+                      "sync per layer per generated token when a batch is padded.",
+                  what="the result for a mask is computed once and given to every layer while that mask tensor is "
+                       "unchanged (the same object, version counter, storage, shape and dtype): one sync per step "
+                       "whatever the depth. Inference tensors (no version counter) and code being compiled "
+                       "recompute, as before.",
+                  remove_when="transformers computes the unpadding data once per forward pass")
+def transformers_unpad_once(ctx):
+    import functools
+    import threading
+    import weakref
+
+    import torch
+
+    orig = ctx.original
+    last = threading.local()  # (weak mask, its state, the result): one entry, the mask of the running step
+
+    @functools.wraps(orig)
+    def _get_unpad_data(attention_mask):
+        if type(attention_mask) is not torch.Tensor or attention_mask.is_inference() \
+                or torch.compiler.is_compiling():
+            return orig(attention_mask)
+        state = (attention_mask._version, attention_mask.data_ptr(), attention_mask.shape, attention_mask.stride(),
+                 attention_mask.dtype, attention_mask.device)
+        entry = getattr(last, "entry", None)
+        if entry is not None and entry[0]() is attention_mask and entry[1] == state:
+            return entry[2]
+        result = orig(attention_mask)
+        last.entry = (weakref.ref(attention_mask), state, result)
+        return result
+
+    return _get_unpad_data
+
+
 PATCH_SETS = [flash_attn]

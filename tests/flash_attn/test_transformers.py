@@ -8,7 +8,8 @@ its varlen function (padded batches) reads both ``cu_seqlens`` to the host in ev
 the provider (patch ``flash_attn.transformers_varlen``): a padded ``generate`` then makes no sync of the provider's
 in any decode step. This test proves: unpadded calls never reach the provider, padded calls do (one fused op per
 layer either way), logits match ``eager``, greedy ``generate`` with padding gives eager's tokens, and the provider's
-calls during decode read nothing to the host.
+calls during decode read nothing to the host, and transformers' own unpadding read happens once per forward pass
+whatever the depth (patch ``flash_attn.transformers_unpad_once``).
 
 Runs in a subprocess: transformers caches ``is_torch_npu_available()`` at import time.
 """
@@ -78,6 +79,15 @@ PROVIDER_CALLS.clear()
 gen = dict(input_ids=ids, attention_mask=am, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
 res["tokens_equal"] = fa2.generate(**gen).tolist() == eager.generate(**gen).tolist()
 res["decode_calls"], res["decode_syncs"] = len(DECODE_SYNCS), sum(DECODE_SYNCS)
+def generate_syncs(layers):
+    deeper = copy.deepcopy(cfg)
+    deeper.num_hidden_layers = layers
+    torch.manual_seed(0)
+    model = LlamaForCausalLM._from_config(deeper, attn_implementation="flash_attention_2", dtype=dtype).to("npu")
+    before = counters.d2h_syncs()
+    model.eval().generate(**gen)
+    return counters.d2h_syncs() - before
+res["syncs_by_depth"] = {layers: generate_syncs(layers) for layers in (2, 5)}
 print("RESULT " + json.dumps(res))
 ''')
 
@@ -102,3 +112,37 @@ def test_transformers_flash_attention_2_matches_eager_via_native_npu_path():
     assert res["tokens_equal"], res
     assert res["decode_calls"] == 2 * 5, res  # 2 layers x 5 decode steps after the prefill
     assert res["decode_syncs"] == 0, res
+    # transformers' unpadding data is read once per forward pass, not once per layer: depth changes no sync
+    assert res["syncs_by_depth"]["2"] == res["syncs_by_depth"]["5"], res
+
+
+def test_unpadding_data_is_reused_only_for_the_unchanged_mask(clean_shim, monkeypatch):
+    """Every layer of a step gets the data computed for its mask once (each computation reads the longest
+    length to the host: one sync); a mask changed in place, another mask, an inference tensor or code being
+    compiled never get a stale answer."""
+    import torch
+
+    clean_shim.activate(backend="sim", inherit=False, log_level="off")
+    import transformers.modeling_flash_attention_utils as mfu
+    from ascend_shim.sim import counters
+
+    unpad, real = mfu._get_unpad_data, mfu._get_unpad_data.__wrapped__
+
+    def computations(*masks):
+        before = counters.d2h_syncs()
+        results = [unpad(m) for m in masks]
+        return counters.d2h_syncs() - before, results
+
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]).npu()
+    n, first = computations(mask, mask, mask)  # three layers of one step
+    assert n == 1 and first[0][2] == 4 and all(r is first[0] for r in first)
+    mask[1, :2] = 0  # changed in place: computed again
+    n, (changed,) = computations(mask)
+    assert n == 1 and changed[2] == 3 and torch.equal(changed[1].cpu(), real(mask)[1].cpu())
+    assert computations(mask.clone())[0] == 1  # another tensor with the same contents
+    with torch.inference_mode():
+        frozen = torch.ones(2, 3, dtype=torch.long).npu()
+        assert computations(frozen, frozen)[0] == 2
+    assert computations(mask, mask)[0] == 1
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert computations(mask, mask)[0] == 2
