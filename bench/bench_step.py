@@ -11,7 +11,8 @@ What users feel is the step, not the call. Three cases on the emulated NPU (sim 
 (c) decode through the shim's flash_attn provider, device-to-host syncs and time per token: (c1) nanochat's
     Engine loop reduced to its device traffic (inference mode, FA3 ``flash_attn_with_kvcache`` in each of
     ``--layers`` layers, lengths advanced in place, the sampler's ``.tolist()``: 1 sync per token is the floor);
-    (c2) transformers ``generate`` on a padded batch with ``flash_attention_2`` against ``sdpa``.
+    (c2) transformers ``generate`` on a padded batch with ``flash_attention_2`` against ``sdpa`` (flash_attention_2
+    reads the longest length once per step, whatever the depth).
 
 (a) and (b) interleave rounds (shim, hand port, hand port, shim, ...) and print the ratio of medians.
 Both sides of (a) start from the same weights and batches; their losses are compared once.
@@ -232,8 +233,8 @@ def decode_generate(layers, tokens):
         out[attn] = toks.tolist()
         print(f"  (c2) transformers generate, {layers} layers, padded batch 2, {attn:17s}: "
               f"{(s1 - s0) / n:.2f} syncs per token, {(t1 - t0) / n * 1e3:.2f} ms per token")
-    print(f"       same tokens flash_attention_2 / sdpa: {out['flash_attention_2'] == out['sdpa']} (transformers "
-          f"itself reads max_seqlen once per layer when padded, and once per token to stop)")
+    print(f"       same tokens flash_attention_2 / sdpa: {out['flash_attention_2'] == out['sdpa']} (sdpa's syncs are "
+          f"transformers' own; flash_attention_2 adds its one read of the longest length per step)")
 
 
 def main():
