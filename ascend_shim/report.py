@@ -52,7 +52,8 @@ class Report:
         self._lock = threading.Lock()
         self._internal: dict = {}  # code object -> is it internal?
         self._prefixes: tuple[str, ...] | None = None
-        self._local = threading.local()  # .seen: this thread's {fast key: [count, event key]}
+        #: ``.seen``: this thread's {fast key: [count, event key, code]} (see :meth:`seen`; hot paths inline it)
+        self.per_thread = threading.local()
         self._seen_tables: list[dict] = []  # every thread's .seen, merged when the report is read
         self.reset()
 
@@ -108,7 +109,7 @@ class Report:
         an unhashable key raises ``TypeError`` (the caller then records through :meth:`event`).
         """
         try:
-            slot = self._local.seen[key]
+            slot = self.per_thread.seen[key]
         except (KeyError, AttributeError):
             return False
         slot[0] += 1
@@ -116,9 +117,9 @@ class Report:
 
     def _seen_table(self) -> dict:
         try:
-            return self._local.seen
+            return self.per_thread.seen
         except AttributeError:
-            table = self._local.seen = {}
+            table = self.per_thread.seen = {}
             with self._lock:
                 self._seen_tables.append(table)
             return table

@@ -15,13 +15,19 @@ from ascend_shim.devices import describe, translate
 from ascend_shim.report import REPORT
 
 
+_per_thread = REPORT.per_thread
+_getframe = sys._getframe
+
+
 def note(api: str, name: str, old, new) -> None:
     """Record one translation at the user's call site (the search starts at the wrapper's caller)."""
-    frame = sys._getframe(2)
+    frame = _getframe(2)
     key = (id(frame.f_code), frame.f_lasti, api, old)
     try:
-        if REPORT.seen(key):
-            return
+        _per_thread.seen[key][0] += 1  # REPORT.seen(key), inlined: every translated call after the first
+        return
+    except (KeyError, AttributeError):  # a new site, or this thread's first
+        pass
     except TypeError:  # an unhashable value (a list of devices, a map_location dict)
         key = None
     REPORT.event("translated", api, f"{name}={describe(old)} -> {describe(new)}", frame=frame, seen_as=key,
