@@ -32,10 +32,10 @@ def collect(config: Config) -> list[dict]:
     return out
 
 
-def _patch_status(p, s, config: Config, set_status_: str) -> str:
+def _patch_status(p, s, config: Config, set_state: str) -> str:
     """As activation records it: a patch of a set that is not active has the set's status."""
-    if set_status_ != "active":
-        return set_status_
+    if set_state != "active":
+        return set_state
     why = patch_disabled(p, s, config)
     return f"disabled: {why}" if why else "active"
 
