@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 
+from ascend_shim import speedups
 from ascend_shim.devices import translate
 from ascend_shim.registry import PatchSet
+from ascend_shim.report import REPORT
 
 from ascend_shim.constructors import hook_constructor
-from ._wrappers import note, translate_device
+from ._wrappers import gated, note, translate_device
 
 REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
 devices = PatchSet(
@@ -57,7 +59,22 @@ def device(ctx):
             return new
         return __new__
 
-    return hook_constructor(device_class, make_new, probe=("cpu",))
+    undo = hook_constructor(device_class, make_new, probe=("cpu",))
+    if not (ctx.config.speedups and speedups.BUILT):
+        return undo
+    # the cache hits, counted at their call sites, answered in C; everything else reaches __new__ above
+    try:
+        speedups.hook_device_new(device_class, made_from, modes, REPORT.per_thread, "torch.device",
+                                 lambda made, new: note("torch.device", "device", made, new))
+    except BaseException:
+        undo()
+        raise
+
+    def unhook():
+        speedups.unhook_device_new()
+        undo()
+
+    return unhook
 
 
 def _device_kw_new(api):
@@ -109,7 +126,7 @@ def _factory_wrapper(ctx, name, api):
     import torch.utils._device
 
     torch.utils._device._device_constructors()
-    return translate_device(ctx.original, api)
+    return translate_device(ctx.original, api, compiled=ctx.config.speedups)
 
 
 for _name in FACTORIES:
@@ -163,7 +180,7 @@ def tensor_to(ctx):
             return orig(self, **kwargs)
         return orig(self, first, *args, **kwargs)
 
-    return to
+    return gated(orig, "Tensor.to", "device", to, position=1, plain=dtype) if ctx.config.speedups else to
 
 
 @devices.patch("torch:Tensor.cuda", kind="replace", covers=("Tensor.cuda",),

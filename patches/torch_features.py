@@ -188,6 +188,44 @@ def cudnn_flags(ctx):
     return undo
 
 
+@features.patch("torch._dynamo.trace_rules:_allowed_callable_ids", kind="call",
+                id="torch_features.dynamo_calls_compiled_gates",
+                why="with the compiled fast path (ASCEND_SHIM_SPEEDUPS), torch.zeros, torch.empty ... are C "
+                    "callables dynamo does not know: torch.compile would break its graph at each of them.",
+                what="dynamo puts a call of each compiled factory wrapper in the graph, as it does for torch's own "
+                     "factories; the graph runs it, so a device argument is translated there as in eager code.",
+                remove_when="never while the compiled fast path exists")
+def dynamo_calls_compiled_gates(ctx):
+    from torch._dynamo import trace_rules
+
+    from ._wrappers import GATE_LISTENERS, GATES
+
+    # dynamo's ids of the callables it writes into the graph as they are (torch.compiler.allow_in_graph)
+    known = getattr(trace_rules, "_allowed_callable_ids", None)
+    if not all(hasattr(known, m) for m in ("add", "remove", "__contains__")):
+        from ascend_shim.errors import TargetMissing
+
+        raise TargetMissing(f"torch._dynamo.trace_rules._allowed_callable_ids is a {type(known).__name__}, "
+                            "not a set of ids")
+    added = set()
+
+    def register(gate):
+        if id(gate) not in known:
+            known.add(id(gate))
+            added.add(id(gate))
+
+    for gate in GATES.values():
+        register(gate)
+    GATE_LISTENERS.append(register)
+
+    def undo():
+        GATE_LISTENERS.remove(register)
+        for gate_id in added:
+            known.remove(gate_id)
+
+    return undo
+
+
 @features.patch("torch.jit._builtins:_find_builtin",
                 why="TorchScript compiles a call to torch.arange(...) etc. only if the callee is in its builtin "
                     "table, which torch builds at import, before the shim wraps the factories; @torch.jit.script "
