@@ -13,7 +13,9 @@ before importing torch (environment). This set adds what is nanochat's own:
 * ``--fp8``: Float8 training needs ``torch._scaled_mm`` fp8 GEMMs, absent on Atlas A2/A3; the conversion is
   turned off (warned and reported) and the model trains in its compute dtype;
 * MFU: ``get_peak_flops`` knows Ascend parts (it answers inf, i.e. MFU 0%, for them);
-* ``--device-type npu`` (how NPU ports of nanochat spell it) is accepted by every script, as ``cuda``.
+* ``--device-type npu`` (how NPU ports of nanochat spell it) is accepted by every script, as ``cuda``;
+* decode: the KV cache's position is kept on the host, so a generated token costs one device-to-host read (the
+  sampler's), not two.
 
 nanochat is not a distribution (run from a checkout; PyPI's ``nanochat`` is an unrelated package), so the set
 has no version gate: its patches wait for ``nanochat.*`` modules and skip, reported, where the attributes they
@@ -22,7 +24,9 @@ need are missing (another nanochat commit).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import re
 import sys
 
 from ascend_shim.registry import PatchSet
@@ -138,6 +142,121 @@ def fa3(ctx):
     ctx.replace(module, "USE_FA3", use)
     ctx.report.translated("nanochat.flash_attention", f"FA3 -> {provider.__name__} (USE_FA3={use})")
     return None
+
+
+#: KVCache methods that write ``cache_seqlens`` (and are wrapped to keep the host position), and the reader
+KV_WRITERS = ("__init__", "reset", "advance", "prefill")
+_ATTRIBUTE_WRITE = re.compile(r"\.cache_seqlens\s*(?:\[[^\]]*\])?\s*(?:[-+*/]?=(?!=)|\.\w+_\()")
+
+
+def _outside_writers(source: str, cls) -> list[str]:
+    """Lines of ``source`` outside ``cls``'s known writers that write ``.cache_seqlens`` in place or rebind it."""
+    known = set()
+    for name in KV_WRITERS + ("get_pos",):
+        method = cls.__dict__.get(name)
+        if method is not None:
+            known.update(inspect.getsource(method).splitlines())
+    return [line.strip() for line in source.splitlines() if _ATTRIBUTE_WRITE.search(line) and line not in known]
+
+
+@nanochat.patch("nanochat.engine:KVCache", kind="call", id="nanochat.kvcache_host_position",
+                why="GPT.forward asks the KV cache for its position (KVCache.get_pos: cache_seqlens[0].item()) at "
+                    "every decode step, a device-to-host sync per token on top of the sampler's: on an NPU each one "
+                    "drains the task queue.",
+                what="the cache keeps its position on the host too, updated where nanochat moves it (__init__, "
+                     "reset, advance by an int, prefill), and get_pos answers from it while cache_seqlens is the "
+                     "same tensor, unchanged since (version counter, where it has one); otherwise it reads the "
+                     "device as before. Applies only if no other nanochat code writes cache_seqlens. On the "
+                     "emulated NPU every answer is checked against the device value (without a sync).",
+                remove_when="nanochat keeps its KV-cache position on the host")
+def kvcache_host_position(ctx):
+    from ascend_shim.activation import current_backend
+    from ascend_shim.errors import TargetMissing
+
+    cls = ctx.need(sys.modules["nanochat.engine"], "KVCache", "nanochat.engine")
+    originals = {name: ctx.need(cls, name, "nanochat.engine.KVCache") for name in KV_WRITERS + ("get_pos",)}
+    try:
+        sources = [inspect.getsource(sys.modules["nanochat.engine"])]
+        if "nanochat.gpt" in sys.modules:
+            sources.append(inspect.getsource(sys.modules["nanochat.gpt"]))
+    except (OSError, TypeError) as exc:
+        raise TargetMissing(f"nanochat's source cannot be read to check who moves the KV cache ({exc})") from None
+    others = [line for src in sources for line in _outside_writers(src, cls)]
+    if others:
+        raise TargetMissing(f"cache_seqlens is also written outside KVCache's {', '.join(KV_WRITERS)}: {others[:3]}")
+    check = current_backend() == "sim"
+    pid = ctx.patch.id
+    key = "_ascend_shim_host_position"
+
+    def version(t):
+        try:
+            return t._version
+        except RuntimeError:  # an inference tensor has no version counter
+            return None
+
+    def keep(self, position):
+        t = self.cache_seqlens
+        self.__dict__[key] = (t, position, version(t))
+
+    def kept(self):
+        """The host position while it is known to hold, else None."""
+        held = self.__dict__.get(key)
+        if held is None:
+            return None
+        t, position, seen = held
+        if t is not self.cache_seqlens or (seen is not None and seen != t._version):
+            return None
+        return position
+
+    def __init__(self, *args, **kwargs):
+        originals["__init__"](self, *args, **kwargs)
+        keep(self, 0)  # cache_seqlens starts as zeros
+
+    def reset(self, *args, **kwargs):
+        originals["reset"](self, *args, **kwargs)
+        keep(self, 0)
+
+    def advance(self, num_tokens):
+        position = kept(self)
+        originals["advance"](self, num_tokens)
+        if position is not None and type(num_tokens) is int:
+            keep(self, position + num_tokens)
+        else:
+            self.__dict__.pop(key, None)
+
+    def prefill(self, other):
+        originals["prefill"](self, other)
+        position = kept(other)
+        if position is not None:
+            keep(self, position)
+        else:
+            self.__dict__.pop(key, None)
+
+    def get_pos(self):
+        position = kept(self)
+        if position is None:
+            position = originals["get_pos"](self)
+            keep(self, position)
+        elif check:
+            _check_on_the_emulator(self.cache_seqlens, position, pid)
+        return position
+
+    for name, new in (("__init__", __init__), ("reset", reset), ("advance", advance), ("prefill", prefill),
+                      ("get_pos", get_pos)):
+        functools.update_wrapper(new, originals[name])
+        ctx.replace(cls, name, new)
+    return None
+
+
+def _check_on_the_emulator(cache_seqlens, position: int, patch_id: str) -> None:
+    """The emulated NPU's memory is host memory: compare the kept position with the device value, no sync."""
+    import ascend_shim.sim
+
+    actual = int(ascend_shim.sim.cpu_alias(cache_seqlens.detach())[0])
+    if actual != position:
+        raise RuntimeError(f"{patch_id}: the KV cache position kept on the host ({position}) differs from "
+                           f"cache_seqlens ({actual}): something outside KVCache moved it. Run with "
+                           f"ASCEND_SHIM_DISABLE={patch_id} and report the case.")
 
 
 @nanochat.patch("nanochat.fp8:convert_to_float8_training", kind="replace", fidelity="neutral", id="nanochat.fp8",
