@@ -144,7 +144,7 @@ def fa3(ctx):
     return None
 
 
-#: KVCache methods that write ``cache_seqlens`` (and are wrapped to keep the host position), and the reader
+#: the KVCache methods that move ``cache_seqlens``: wrapped to keep the position on the host (get_pos reads it)
 KV_WRITERS = ("__init__", "reset", "advance", "prefill")
 _ATTRIBUTE_WRITE = re.compile(r"\.cache_seqlens\s*(?:\[[^\]]*\])?\s*(?:[-+*/]?=(?!=)|\.\w+_\()")
 
