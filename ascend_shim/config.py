@@ -86,8 +86,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "collector's passes over the program never walk them. 0: leave the collector untouched."),
     EnvVar("ASCEND_SHIM_SPEEDUPS", "speedups", "1", "0 | 1",
            "Use the compiled fast path (built at install when a C compiler is present) for the torch factories "
-           "(`torch.zeros`, `torch.empty` ...): a call without `device=` reaches torch with no Python frame of "
-           "the shim. 0: the pure-Python wrappers, which behave the same."),
+           "(`torch.zeros`, `torch.empty` ...), `Tensor.to` and `torch.device`: a call that needs no "
+           "translation reaches torch with no Python frame of the shim. 0: the pure-Python wrappers, which "
+           "behave the same."),
     EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package names",
            "Packages whose modules count as the user's code wherever they are installed (site-packages too)."),
     EnvVar("ASCEND_SHIM_USER_ROOTS", "user_roots", "", "directories separated by the path separator",
@@ -262,7 +263,8 @@ def _coerce(var: EnvVar, raw):
         if value and value not in SIM_HCCL_AVG:
             raise ConfigError(f"{name}={raw!r} is not a policy; valid values: {', '.join(SIM_HCCL_AVG)}")
         return value
-    if var.field in ("enabled", "strict", "rewrite", "gc_freeze", "speedups", "sim_build_verbose", "sim_hccl_no_alias"):
+    if var.field in ("enabled", "strict", "rewrite", "gc_freeze", "speedups", "sim_build_verbose",
+                     "sim_hccl_no_alias"):
         return raw if isinstance(raw, bool) else _parse_bool(name, str(raw))
     if var.field == "backend":
         value = str(raw).strip().lower()
