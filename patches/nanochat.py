@@ -149,14 +149,15 @@ KV_WRITERS = ("__init__", "reset", "advance", "prefill")
 _ATTRIBUTE_WRITE = re.compile(r"\.cache_seqlens\s*(?:\[[^\]]*\])?\s*(?:[-+*/]?=(?!=)|\.\w+_\()")
 
 
-def _outside_writers(source: str, cls) -> list[str]:
-    """Lines of ``source`` outside ``cls``'s known writers that write ``.cache_seqlens`` in place or rebind it."""
+def _outside_writers(sources: list[str], cls) -> list[str]:
+    """Lines of ``sources`` outside ``cls``'s known writers that write ``.cache_seqlens`` in place or rebind it."""
     known = set()
     for name in KV_WRITERS + ("get_pos",):
         method = cls.__dict__.get(name)
         if method is not None:
             known.update(inspect.getsource(method).splitlines())
-    return [line.strip() for line in source.splitlines() if _ATTRIBUTE_WRITE.search(line) and line not in known]
+    return [line.strip() for source in sources for line in source.splitlines()
+            if _ATTRIBUTE_WRITE.search(line) and line not in known]
 
 
 @nanochat.patch("nanochat.engine:KVCache", kind="call", id="nanochat.kvcache_host_position",
@@ -181,7 +182,7 @@ def kvcache_host_position(ctx):
             sources.append(inspect.getsource(sys.modules["nanochat.gpt"]))
     except (OSError, TypeError) as exc:
         raise TargetMissing(f"nanochat's source cannot be read to check who moves the KV cache ({exc})") from None
-    others = [line for src in sources for line in _outside_writers(src, cls)]
+    others = _outside_writers(sources, cls)
     if others:
         raise TargetMissing(f"cache_seqlens is also written outside KVCache's {', '.join(KV_WRITERS)}: {others[:3]}")
     check = current_backend() == "sim"
@@ -250,9 +251,9 @@ def kvcache_host_position(ctx):
 
 def _check_on_the_emulator(cache_seqlens, position: int, patch_id: str) -> None:
     """The emulated NPU's memory is host memory: compare the kept position with the device value, no sync."""
-    import ascend_shim.sim
+    from ascend_shim.sim.ops._common import host
 
-    actual = int(ascend_shim.sim.cpu_alias(cache_seqlens.detach())[0])
+    actual = int(host(cache_seqlens)[0])
     if actual != position:
         raise RuntimeError(f"{patch_id}: the KV cache position kept on the host ({position}) differs from "
                            f"cache_seqlens ({actual}): something outside KVCache moved it. Run with "
