@@ -1,4 +1,4 @@
-"""Whole steps under the shim against the same steps hand-ported to ``"npu"``, side by side in one process.
+"""Whole steps under the shim against the same steps hand-ported to ``"npu"``, side by side in one run.
 
 What users feel is the step, not the call. Three cases on the emulated NPU (sim backend):
 
@@ -11,20 +11,26 @@ What users feel is the step, not the call. Three cases on the emulated NPU (sim 
 (c) decode through the shim's flash_attn provider, device-to-host syncs and time per token: (c1) nanochat's
     Engine loop reduced to its device traffic (inference mode, FA3 ``flash_attn_with_kvcache`` in each of
     ``--layers`` layers, lengths advanced in place, the sampler's ``.tolist()``: 1 sync per token is the floor);
-    (c2) transformers ``generate`` on a padded batch with ``flash_attention_2`` against ``sdpa`` (flash_attention_2
-    reads the longest length once per step, whatever the depth).
+    (c2) transformers ``generate`` on a padded batch with ``flash_attention_2`` against ``sdpa`` (a decode step of
+    flash_attention_2 reads nothing to the host: both make transformers' own reads only).
 
-(a) and (b) interleave rounds (shim, hand port, hand port, shim, ...) and print the ratio of medians.
-Both sides of (a) start from the same weights and batches; their losses are compared once.
+(a) and (b) run each side in a process of its own for the whole run (the shim active from the start, as
+``ascend_shim run`` has it, or never) and interleave rounds between them (shim, hand port, hand port, shim,
+...), printing the ratio of medians. Switching the shim on and off inside one process would charge the side that
+runs next for the collector's debt the switch leaves (8-14% of a Trainer step in an A/A test). A second
+hand-port process gives the noise floor: hand port against hand port, measured the same way in the same run.
+All sides start from the same weights and batches; their losses are compared step for step.
 
-    python bench/bench_step.py [--rounds 7] [--steps 5] [--skip-hf] [--layers 12]
+    python bench/bench_step.py [--rounds 7] [--steps 5] [--skip-hf] [--no-noise-floor] [--layers 12]
 """
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 import torch.nn as nn
@@ -53,8 +59,13 @@ class TinyGPT(nn.Module):
         return nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
-def gpt_runner(device: str, batches):
-    """One training step as a CUDA script (device "cuda") or its hand port (device "npu") writes it."""
+def gpt_runner(shim: bool):
+    """One training step as a CUDA script (device "cuda", under the shim) or its hand port (device "npu") writes
+    it; returns the step and the list its losses go to."""
+    device = "cuda" if shim else "npu"
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 256, (8, 64), generator=g), torch.randint(0, 256, (8, 64), generator=g))
+               for _ in range(4)]
     torch.manual_seed(0)
     model = TinyGPT()
     model = model.cuda() if device == "cuda" else model.npu()
@@ -76,11 +87,13 @@ def gpt_runner(device: str, batches):
     return step, losses
 
 
-def hf_runner(optim="adamw_torch_fused"):
-    """A tiny Llama under a real ``Trainer``; returns one optimizer step as a callable.
+def hf_runner(shim: bool):
+    """A tiny Llama under a real ``Trainer``; returns one optimizer step as a callable and the list its losses
+    go to.
 
     The CUDA script asks for ``adamw_torch_fused`` (transformers' default); its hand port for ``"npu"`` asks for
     ``adamw_torch_npu_fused``, what the shim maps the former to, so both sides run the same optimizer."""
+    optim = "adamw_torch_fused" if shim else "adamw_torch_npu_fused"
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
     torch.manual_seed(0)
@@ -95,18 +108,22 @@ def hf_runner(optim="adamw_torch_fused"):
     trainer.current_gradient_accumulation_steps = 1  # what train() sets before its first step
     ids = torch.randint(0, 256, (4, 32))
     batch = {"input_ids": ids, "labels": ids}
+    losses = []
 
     def step(_i):
-        trainer.training_step(trainer.model, dict(batch))
+        losses.append(trainer.training_step(trainer.model, dict(batch)))
         trainer.optimizer.step()
         trainer.optimizer.zero_grad()  # NpuFusedAdamW (both sides) keeps its flat grad buffers
 
-    return step
+    return step, losses
+
+
+RUNNERS = {"gpt": gpt_runner, "hf": hf_runner}
 
 
 def timed(step, n, start):
-    """(wall, process cpu) seconds per step, after one untimed step: switching the shim on or off between rounds
-    walks the loaded modules, which leaves the caches cold for whichever side runs next."""
+    """(wall, process cpu) seconds per step, after one untimed step (the other side's round left the caches
+    cold)."""
     step(start)
     torch.npu.synchronize()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -134,7 +151,7 @@ def python_calls(step, n, start):
 
 
 def under(active, fn, *args):
-    """Run ``fn`` with the shim active (the CUDA-written side) or inactive (the hand port)."""
+    """Run ``fn`` with the shim active or inactive (the decode cases, which need no hand port)."""
     if not active:
         return fn(*args)
     ascend_shim.activate(backend="sim", inherit=False, log_level="off")
@@ -144,23 +161,77 @@ def under(active, fn, *args):
         ascend_shim.deactivate()
 
 
-def compare(name, shim_step, hand_step, rounds, steps):
-    times = {True: [], False: []}
-    steps_of = {True: shim_step, False: hand_step}
-    for active in (True, False):  # warm-up (allocator, autocast caches)
-        under(active, steps_of[active], 0)
-    for r in range(rounds):
-        for active in ((True, False) if r % 2 == 0 else (False, True)):
-            times[active].append(under(active, timed, steps_of[active], steps, 1 + r * steps))
-    wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
-    fastest = {k: min(t[0] for t in v) for k, v in times.items()}
-    paired = statistics.median(a[0] / b[0] for a, b in zip(times[True], times[False]))  # same round, back to back
-    calls = {k: under(k, python_calls, steps_of[k], 3, 1 + rounds * steps) for k in (True, False)}
-    print(f"  {name:34s} hand-port {wall[False] * 1e3:8.2f} ms  shim {wall[True] * 1e3:8.2f} ms  "
-          f"ratio {wall[True] / wall[False]:.3f}  (median of paired rounds {paired:.3f}, fastest rounds "
-          f"{fastest[True] / fastest[False]:.3f})")
-    print(f"      python calls per step: hand-port {calls[False]:.0f}  shim {calls[True]:.0f} "
-          f"(+{calls[True] - calls[False]:.0f})")
+def _serve(conn, kind, shim):
+    """A side's process: bring the shim up (or only the emulator), build the step, then answer the parent's
+    requests until it sends ``None``."""
+    if shim:
+        ascend_shim.activate(backend="sim", inherit=False, log_level="off")
+    else:
+        ascend_shim.sim.install()
+    step, losses = RUNNERS[kind](shim)
+    requests = {"time": lambda n, start: timed(step, n, start),
+                "calls": lambda n, start: python_calls(step, n, start),
+                "losses": lambda: [float(x) for x in torch.stack(losses).float().cpu()]}
+    while (msg := conn.recv()) is not None:
+        try:
+            conn.send(requests[msg[0]](*msg[1:]))
+        except Exception:  # noqa: BLE001 - the parent re-raises it with the side's name
+            conn.send(RuntimeError(traceback.format_exc()))
+
+
+class Side:
+    """One side of a comparison, in a process of its own for its whole life."""
+
+    def __init__(self, name, kind, shim):
+        ctx = multiprocessing.get_context("spawn")
+        self.name, (self.conn, child) = name, ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, kind, shim), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def ask(self, *msg):
+        self.conn.send(msg)
+        answer = self.conn.recv()
+        if isinstance(answer, Exception):
+            raise RuntimeError(f"{self.name} side failed:\n{answer}")
+        return answer
+
+    def close(self):
+        self.conn.send(None)
+        self.proc.join()
+
+
+def compare(name, kind, rounds, steps, noise_floor):
+    sides = [Side("shim", kind, True), Side("hand-port", kind, False)]
+    if noise_floor:
+        sides.append(Side("hand-port 2", kind, False))
+    try:
+        for side in sides:
+            side.ask("time", 1, 0)  # warm-up (allocator, autocast caches)
+        times = {side.name: [] for side in sides}
+        for r in range(rounds):
+            for side in (sides if r % 2 == 0 else sides[::-1]):
+                times[side.name].append(side.ask("time", steps, 1 + r * steps)[0])
+        calls = {side.name: side.ask("calls", 3, 1 + rounds * steps) for side in sides}
+        losses = {side.name: side.ask("losses") for side in sides}
+    finally:
+        for side in sides:
+            side.close()
+
+    def ratio(a, b):
+        medians = statistics.median(times[a]) / statistics.median(times[b])
+        paired = statistics.median(x / y for x, y in zip(times[a], times[b]))  # same round, back to back
+        fastest = min(times[a]) / min(times[b])
+        return f"ratio {medians:.3f}  (median of paired rounds {paired:.3f}, fastest rounds {fastest:.3f})"
+
+    hand, shim = statistics.median(times["hand-port"]), statistics.median(times["shim"])
+    print(f"  {name:34s} hand-port {hand * 1e3:8.2f} ms  shim {shim * 1e3:8.2f} ms  {ratio('shim', 'hand-port')}")
+    if noise_floor:
+        print(f"      noise floor, hand-port / hand-port 2: {ratio('hand-port', 'hand-port 2')}")
+    print(f"      python calls per step: hand-port {calls['hand-port']:.0f}  shim {calls['shim']:.0f} "
+          f"(+{calls['shim'] - calls['hand-port']:.0f})")
+    same = all(losses[side.name] == losses["hand-port"] for side in sides)
+    print(f"      losses identical step for step: {same} ({len(losses['shim'])} steps each)")
 
 
 def decode_engine(layers, tokens, heads=2, dim=64, prompt=16, batch=2, window=8):
@@ -233,8 +304,8 @@ def decode_generate(layers, tokens):
         out[attn] = toks.tolist()
         print(f"  (c2) transformers generate, {layers} layers, padded batch 2, {attn:17s}: "
               f"{(s1 - s0) / n:.2f} syncs per token, {(t1 - t0) / n * 1e3:.2f} ms per token")
-    print(f"       same tokens flash_attention_2 / sdpa: {out['flash_attention_2'] == out['sdpa']} (sdpa's syncs are "
-          f"transformers' own; flash_attention_2 adds its one read of the longest length per step)")
+    print(f"       same tokens flash_attention_2 / sdpa: {out['flash_attention_2'] == out['sdpa']} (the syncs of both are "
+          f"transformers' own)")
 
 
 def main():
@@ -244,24 +315,16 @@ def main():
     ap.add_argument("--layers", type=int, default=12, help="decode depth")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--no-noise-floor", dest="noise_floor", action="store_false",
+                    help="skip the second hand-port process (hand port against hand port)")
     args = ap.parse_args()
-    ascend_shim.sim.install()
-    g = torch.Generator().manual_seed(1)
-    batches = [(torch.randint(0, 256, (8, 64), generator=g), torch.randint(0, 256, (8, 64), generator=g))
-               for _ in range(4)]
 
-    print("training steps, shim vs. hand port (median of interleaved rounds):")
-    shim_step, shim_losses = under(True, gpt_runner, "cuda", batches)
-    hand_step, hand_losses = gpt_runner("npu", batches)
-    compare("(a) GPT step (autocast, scaler)", shim_step, hand_step, args.rounds, args.steps)
-    same = len(shim_losses) == len(hand_losses) and all(
-        torch.equal(a.cpu(), b.cpu()) for a, b in zip(shim_losses, hand_losses))
-    print(f"      losses identical step for step: {same} ({len(shim_losses)} steps each)")
-
+    print("training steps, shim vs. hand port, one process per side (median of interleaved rounds):")
+    compare("(a) GPT step (autocast, scaler)", "gpt", args.rounds, args.steps, args.noise_floor)
     if not args.skip_hf:
-        compare("(b) HF Trainer step", under(True, hf_runner), hf_runner("adamw_torch_npu_fused"), args.rounds,
-                args.steps)
+        compare("(b) HF Trainer step", "hf", args.rounds, args.steps, args.noise_floor)
 
+    ascend_shim.sim.install()
     print("(c) decode through the flash_attn provider (shim active):")
     under(True, decode_engine, args.layers, args.tokens)
     if not args.skip_hf:
