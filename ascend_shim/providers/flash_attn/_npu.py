@@ -276,28 +276,37 @@ def _is_decode_step(q, k, v, cu_seqlens_q, max_seqlen_q, dropout_p, softcap, ali
 
 def varlen_decode(q, k, v, cu_seqlens_k, max_seqlen_k: int, *, scale: float, window) -> Result:
     """A varlen decode step (one query per sequence, as transformers' ``generate`` with padding sends) with no
-    device-to-host sync: the keys are gathered into a (B, max_seqlen_k) padded batch on the device and the op's
-    incremental path masks each row past its length (and before its left window edge); the lengths stay on the
-    device. Row b's only query sits at its last key (bottom-right alignment), so ``causal`` hides nothing."""
-    B, H, D = q.shape
+    device-to-host sync: the keys are gathered into a (B, max_seqlen_k) padded batch on the device and
+    :func:`padded_decode` masks each row past its length (and before its left window edge); the lengths stay on
+    the device."""
     width = max(int(max_seqlen_k), 1)
     starts = cu_seqlens_k[:-1].long()
     lens = cu_seqlens_k[1:].long() - starts
     col = torch.arange(width, device=q.device).view(1, -1)
     idx = (starts.view(-1, 1) + col).clamp_(0, max(k.shape[0] - 1, 0))
-    kp, vp = k[idx], v[idx]  # (B, width, Hk, D)
-    mask = col >= lens.view(-1, 1)
+    hide = col >= lens.view(-1, 1)
     left = window[0]
     if left >= 0:
-        mask |= col < lens.view(-1, 1) - 1 - left
-    out, lse = npu().npu_fused_infer_attention_score(q.view(B, 1, H, D), kp, vp, atten_mask=mask, num_heads=H,
-                                                     num_key_value_heads=k.shape[1], input_layout="BSND",
+        hide |= col < lens.view(-1, 1) - 1 - left
+    out, lse = padded_decode(q, k[idx], v[idx], hide, lens == 0, scale=scale)
+    return Result(out, lse_ref=lse.t().contiguous(), tnd=True)
+
+
+def padded_decode(q, kp, vp, hide, empty, *, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One query per row of a padded batch, through the inference op's incremental path: q (B, H, D), kp/vp
+    (B, Sk, Hk, D), ``hide`` (B, Sk) bool (True = not visible), ``empty`` (B,) bool (rows with no key at all) ->
+    (out (B, H, D), lse (B, H) float32). Row b's only query sits at its last key (bottom-right alignment), so
+    ``causal`` hides nothing; rows with nothing visible give flash-attn's zeros and lse +inf. Nothing is read to
+    the host."""
+    B, H, D = q.shape
+    out, lse = npu().npu_fused_infer_attention_score(q.view(B, 1, H, D), kp, vp, atten_mask=hide, num_heads=H,
+                                                     num_key_value_heads=kp.shape[2], input_layout="BSND",
                                                      scale=scale, softmax_lse_flag=True)
-    empty = (lens == 0).view(B, 1, 1)  # a sequence with no key: flash-attn's zeros and lse +inf
+    empty = empty.view(B, 1, 1)
     out = torch.where(empty, torch.zeros((), dtype=out.dtype, device=out.device), out.view(B, H, D))
     lse = lse.reshape(B, H).float()
     lse = torch.where((lse <= INVALID_ROW_MAX) | empty.view(B, 1), torch.full_like(lse, math.inf), lse)
-    return Result(out, lse_ref=lse.t().contiguous(), tnd=True)
+    return out, lse
 
 
 def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, dropout_p=0.0, softmax_scale=None,
