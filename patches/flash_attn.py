@@ -304,7 +304,8 @@ def transformers_decode_mask(ctx):
     @functools.wraps(orig)
     def flash_attention_mask(*args, **kwargs):
         mask = kwargs.get("attention_mask")
-        if (not args and kwargs.get("q_length") == 1 and type(mask) is torch.Tensor and mask.dim() == 2
+        if (not args and kwargs.get("q_length") == 1 and type(kwargs.get("kv_length")) is int
+                and type(mask) is torch.Tensor and mask.dim() == 2
                 and mask.device.type != "cpu" and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
                 and padded_decode_runs()):
             return mask[:, -kwargs["kv_length"]:]
