@@ -229,7 +229,7 @@ def compare(name, kind, rounds, steps, noise_floor):
     if noise_floor:
         print(f"      noise floor, hand-port / hand-port 2: {ratio('hand-port', 'hand-port 2')}")
     print(f"      python calls per step: hand-port {calls['hand-port']:.0f}  shim {calls['shim']:.0f} "
-          f"(+{calls['shim'] - calls['hand-port']:.0f})")
+          f"({calls['shim'] - calls['hand-port']:+.0f}; calls answered by the compiled fast paths are not seen)")
     same = all(losses[side.name] == losses["hand-port"] for side in sides)
     print(f"      losses identical step for step: {same} ({len(losses['shim'])} steps each)")
 
@@ -304,8 +304,8 @@ def decode_generate(layers, tokens):
         out[attn] = toks.tolist()
         print(f"  (c2) transformers generate, {layers} layers, padded batch 2, {attn:17s}: "
               f"{(s1 - s0) / n:.2f} syncs per token, {(t1 - t0) / n * 1e3:.2f} ms per token")
-    print(f"       same tokens flash_attention_2 / sdpa: {out['flash_attention_2'] == out['sdpa']} (the syncs of both are "
-          f"transformers' own)")
+    same = out["flash_attention_2"] == out["sdpa"]
+    print(f"       same tokens flash_attention_2 / sdpa: {same} (the syncs of both are transformers' own)")
 
 
 def main():

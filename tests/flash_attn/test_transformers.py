@@ -198,7 +198,8 @@ def test_padded_decode_step_is_unpadding_without_a_sync(clean_shim, dtype_name, 
 
 
 def test_padded_decode_leaves_everything_else_to_transformers(clean_shim, monkeypatch):
-    """Prefill, dropout, softcap, autograd and top-left causal alignment take transformers' own path (the unpadding, which reads the mask to the host); deactivation restores the function."""
+    """Prefill, dropout, softcap, autograd and top-left causal alignment take transformers' own path (the
+    unpadding, which reads the mask to the host); deactivation restores the function."""
     import torch
 
     clean_shim.activate(backend="sim", inherit=False, log_level="off")
