@@ -138,17 +138,19 @@ def _once_per_mask(compute):
 
     import torch
 
+    from ascend_shim.providers.flash_attn._hostlists import state
+
     last = threading.local()  # (weak mask, its state, the result)
 
     def once(mask):
         if type(mask) is not torch.Tensor or mask.is_inference() or torch.compiler.is_compiling():
             return compute(mask)
-        state = (mask._version, mask.data_ptr(), mask.shape, mask.stride(), mask.dtype, mask.device)
+        now = state(mask)
         entry = getattr(last, "entry", None)
-        if entry is not None and entry[0]() is mask and entry[1] == state:
+        if entry is not None and entry[0]() is mask and entry[1] == now:
             return entry[2]
         result = compute(mask)
-        last.entry = (weakref.ref(mask), state, result)
+        last.entry = (weakref.ref(mask), now, result)
         return result
 
     return once
@@ -226,7 +228,7 @@ def transformers_padded_decode(ctx):
         """The decode step's attention on the packed keys, or None where transformers' own path must run."""
         if (mask.dim() != 2 or q.dim() != 4 or q.shape[1] != 1 or q.device.type == "cpu" or mask.device != q.device
                 or k.shape[1] < mask.shape[1] or dropout or softcap or torch.compiler.is_compiling()
-                or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+                or _npu.recorded_for_backward(q, k, v)):
             return None
         (_, varlen_fn, *_), (process_kwargs, _) = utils.lazy_import_flash_attention(attn_implementation)
         width = mask.shape[1]

@@ -6,10 +6,10 @@ reused by every layer that passes the same tensor in the same step (a model pass
 layers). Two tensors read together (``cu_seqlens_q`` and ``cu_seqlens_k``) cost one sync, not two.
 
 Invalidation: an entry is keyed on the tensor object (a weak reference: the entry dies with the tensor) and
-validated on every hit against ``(data_ptr, _version, shape, stride, device)``; an in-place update
-(``cache_seqlens += 1``) bumps ``_version``, a ``set_`` changes ``data_ptr``/shape, so a stale list is never
-served. Host (cpu) tensors are read directly and not cached (no sync to save). Inference tensors (made under
-``torch.inference_mode``, as generation loops do) have no version counter, so an in-place update could not be
+validated on every hit against its :func:`state` (storage, version counter, shape, stride, dtype, device); an
+in-place update (``cache_seqlens += 1``) bumps ``_version``, a ``set_`` changes ``data_ptr``/shape, so a stale list
+is never served. Host (cpu) tensors are read directly and not cached (no sync to save). Inference tensors (made
+under ``torch.inference_mode``, as generation loops do) have no version counter, so an in-place update could not be
 detected: they are read on every call (still one transfer per call), never cached.
 """
 from __future__ import annotations
@@ -23,13 +23,15 @@ _lock = threading.Lock()
 _cache: dict[int, tuple] = {}  # id(tensor) -> (weakref, key, list)
 
 
-def _key(t: torch.Tensor) -> tuple:
-    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), str(t.device))
+def state(t: torch.Tensor) -> tuple:
+    """What changes when a tensor's contents may have: in-place writes (version counter), ``set_`` (storage,
+    shape, stride), a dtype or device swap. Not for inference tensors (no version counter)."""
+    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
 
 
 def _lookup(t: torch.Tensor):
     entry = _cache.get(id(t))
-    if entry is not None and entry[0]() is t and entry[1] == _key(t):
+    if entry is not None and entry[0]() is t and entry[1] == state(t):
         return entry[2]
     return None
 
@@ -44,7 +46,7 @@ def _store(t: torch.Tensor, values: list[int]) -> None:
                 del _cache[tid]
 
     with _lock:
-        _cache[tid] = (weakref.ref(t, forget), _key(t), values)
+        _cache[tid] = (weakref.ref(t, forget), state(t), values)
 
 
 def host_lists(*tensors: torch.Tensor) -> list[list[int]]:

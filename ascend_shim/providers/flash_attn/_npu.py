@@ -266,12 +266,17 @@ def gather_paged(k_cache, block_table, k_ends: list[int]) -> torch.Tensor:
     return torch.cat(parts) if parts else k_cache.new_zeros(0, *k_cache.shape[2:])
 
 
+def recorded_for_backward(*tensors: torch.Tensor) -> bool:
+    """Would an op on these tensors be recorded for autograd? The decode paths serve only calls that are not."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def _is_decode_step(q, k, v, cu_seqlens_q, max_seqlen_q, dropout_p, softcap, alibi_slopes, block_table) -> bool:
     """One query per sequence (``max_seqlen_q == 1`` and as many queries as sequences), device lengths, no
     autograd, nothing the reference would have to run: a generation step, served without reading the lengths."""
     return (int(max_seqlen_q) == 1 and q.shape[0] == cu_seqlens_q.shape[0] - 1 and block_table is None
             and cu_seqlens_q.device.type != "cpu" and dropout_p == 0 and not softcap > 0 and alibi_slopes is None
-            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
+            and not recorded_for_backward(q, k, v))
 
 
 def varlen_decode(q, k, v, cu_seqlens_k, max_seqlen_k: int, *, scale: float, window) -> Result:
