@@ -168,17 +168,38 @@ def _padded_decode_inputs(dtype, width=9, cache=9, seed=0):
     return q, k, v, mask.npu()
 
 
+def _use_provider_kernels(mfu, monkeypatch):
+    """transformers' flash-attention functions resolved to the flash_attn provider's FA2 API (what transformers
+    loads where the ``flash_attn`` package is its kernel), whose signature takes ``window_size``: transformers'
+    own NPU functions take none, so transformers drops a sliding window before calling them."""
+    from ascend_shim.providers.flash_attn import fa2
+
+    real = mfu.lazy_import_flash_attention
+
+    def provider_kernels(implementation, *args, **kwargs):
+        (_, _, with_kvcache, pad, unpad), _ = real(implementation, *args, **kwargs)
+        process = mfu._lazy_define_process_function(fa2.flash_attn_varlen_func)
+        return (fa2.flash_attn_func, fa2.flash_attn_varlen_func, with_kvcache, pad, unpad), (process, dict)
+
+    monkeypatch.setattr(mfu, "lazy_import_flash_attention", provider_kernels)
+
+
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
 @pytest.mark.parametrize("sliding_window", [None, 3])
-def test_padded_decode_step_is_unpadding_without_a_sync(clean_shim, dtype_name, sliding_window):
+@pytest.mark.parametrize("kernels", ["transformers_npu", "provider"])
+def test_padded_decode_step_is_unpadding_without_a_sync(clean_shim, monkeypatch, dtype_name, sliding_window,
+                                                        kernels):
     """A decode step of a padded batch gives what transformers' unpadding path gives, bit for bit on the
-    emulator (the real keys packed in the same order, the same fused op), and reads nothing to the host."""
+    emulator (the real keys packed in the same order, the same fused op), and reads nothing to the host; with
+    kernels that take a window, the window (counted over the real keys) is applied on both paths."""
     import torch
 
     clean_shim.activate(backend="sim", inherit=False, log_level="off")
     import transformers.modeling_flash_attention_utils as mfu
     from ascend_shim.sim import counters
 
+    if kernels == "provider":
+        _use_provider_kernels(mfu, monkeypatch)
     patched = mfu._flash_attention_forward
     unpadding = patched.__wrapped__
     kw = dict(query_length=1, is_causal=True, sliding_window=sliding_window, softmax_scale=0.2,
@@ -190,11 +211,14 @@ def test_padded_decode_step_is_unpadding_without_a_sync(clean_shim, dtype_name, 
             out = patched(q, k, v, mask, **kw)
             syncs = counters.d2h_syncs() - before
             ref = unpadding(q, k, v, mask, **kw)
+            unwindowed = patched(q, k, v, mask, **{**kw, "sliding_window": None})
         assert syncs == 0
         assert counters.d2h_syncs() > before  # the unpadding path reads the mask to the host
         assert out.shape == ref.shape == (4, 1, 4, 16) and out.dtype == ref.dtype
         assert torch.equal(out.cpu(), ref.cpu())
         assert not out[3].cpu().any()  # a row with no key gives zeros, as flash-attn does
+        windowed = kernels == "provider" and sliding_window is not None
+        assert torch.equal(out.cpu(), unwindowed.cpu()) is not windowed
 
 
 def test_padded_decode_leaves_everything_else_to_transformers(clean_shim, monkeypatch):
