@@ -20,6 +20,14 @@ _ID_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")
 #: the most devices the emulator supports (``kMaxDevices`` of its C++ backend)
 MAX_SIM_DEVICES = 64
 SIM_HCCL_AVG = ("reject", "sum_div")
+#: ``ASCEND_SHIM_COMPILE_BACKEND`` values known without importing dynamo (which takes a second): ``none``, the
+#: backends torch registers itself (torch 2.4 to 2.14), and ``npu``, which torch_npu registers
+COMPILE_BACKENDS = (
+    "eager", "aot_eager", "inductor", "none", "npu", "aot_eager_decomp_partition",
+    "aot_eager_decomp_partition_crossref", "aot_eager_decomp_partition_with_mode", "aot_eager_default_partitioner",
+    "aot_ts", "cudagraphs", "dynamo_accuracy_minifier_backend", "dynamo_minifier_backend", "eager_debug",
+    "eager_noexcept", "invoke_subgraph", "onnxrt", "openxla", "openxla_eval", "pre_dispatch_eager", "ts", "tvm",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +252,16 @@ def _parse_int(name: str, raw, low: int, high: int) -> int:
     return value
 
 
+def _is_compile_backend(name: str) -> bool:
+    """Is ``name`` a backend ``torch.compile`` accepts: a known one, or one a package declares through dynamo's
+    entry-point group (read only for a name not known)?"""
+    if name in COMPILE_BACKENDS:
+        return True
+    from .registry import _entry_points
+
+    return any(ep.name == name for ep in _entry_points("torch_dynamo_backends"))
+
+
 def _coerce(var: EnvVar, raw):
     name = var.name
     if var.field == "sim_devices":
@@ -283,8 +301,9 @@ def _coerce(var: EnvVar, raw):
         return value
     if var.field == "compile_backend":
         value = str(raw).strip()
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-            raise ConfigError(f"{name}={raw!r} is not a backend name; e.g. eager, aot_eager, inductor, none")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) or not _is_compile_backend(value):
+            raise ConfigError(f"{name}={raw!r} is not a torch.compile backend; use none or a backend dynamo "
+                              f"registers, e.g. {', '.join(COMPILE_BACKENDS[:4])}")
         return value
     if var.field == "save_device":
         value = str(raw).strip().lower()
@@ -293,7 +312,11 @@ def _coerce(var: EnvVar, raw):
         return value
     if var.field == "user_roots":
         items = raw.split(os.pathsep) if isinstance(raw, str) else list(raw)
-        return tuple(os.path.abspath(p) for p in items if p)
+        roots = tuple(os.path.abspath(p) for p in items if p)
+        for root in roots:  # a typo would silently make none of the user's files theirs
+            if not os.path.isdir(root):
+                raise ConfigError(f"{name}: {root!r} is not a directory; name directories that hold your code")
+        return roots
     if var.field in ("patch_modules", "user_packages"):
         return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"), hint=_MODULE_HINT)
     if var.field in ("disable", "only", "enable"):

@@ -16,12 +16,14 @@
 
 #include <cstring>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <pthread.h>
+#include <unistd.h>
 #include <sstream>
 #include <vector>
 
@@ -93,8 +95,17 @@ void check_not_forked() {
 
 namespace {
 
-// Ascend 910B3: 64 GiB HBM per device.
-constexpr int64_t kTotalMemory = int64_t(64) << 30;
+// Ascend 910B3: 64 GiB HBM per device -- but never more than the host's physical memory, which holds the
+// device's storages: a batch-size finder must not "fit" what the machine cannot hold.
+int64_t device_memory() {
+  static const int64_t total = [] {
+    const int64_t hbm = int64_t(64) << 30;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? std::min(hbm, int64_t(pages) * int64_t(page)) : hbm;
+  }();
+  return total;
+}
+const int64_t kTotalMemory = device_memory();
 
 struct DeviceMemory {
   std::atomic<int64_t> live{0}, peak{0}, allocated{0}, freed{0};
