@@ -151,41 +151,148 @@ def float32_matmul_precision(ctx):
     return set_float32_matmul_precision
 
 
+@features.patch("torch.backends.cuda:is_built", covers=("torch.backends.cuda.is_built",),
+                why="code that gates its GPU path on `torch.backends.cuda.is_built() and torch.cuda.is_available()` "
+                    "took the CPU while CUDA was reported available: torch_npu builds of torch have no CUDA.",
+                what="caller-aware, like torch.cuda.is_available: code that is told CUDA is available is also told "
+                     "torch was built with it (True); torch and NPU-native libraries get the real answer.",
+                remove_when=REMOVE)
+def cuda_is_built(ctx):
+    from ascend_shim.callers import caller_is_native
+
+    real = ctx.original
+
+    @functools.wraps(real)
+    def is_built():
+        return real() if caller_is_native(2) else True
+
+    return is_built
+
+
+def _conv_uses_tf32() -> bool:
+    """Whether CUDA convolutions would run in TF32 now: torch's own resolution of the conv precision (the conv
+    setting, else cuDNN's, else the generic one), which the legacy ``allow_tf32`` switch also sets."""
+    import torch
+
+    return torch._C._get_fp32_precision_getter("cuda", "conv") == "tf32"
+
+
+def _sync_conv_hf32(report, api: str, frame) -> None:
+    """What TF32 convolutions mean on CUDA is HF32 convolutions on the NPU: one switch, reported at the caller."""
+    import torch
+
+    value = _conv_uses_tf32()
+    torch.npu.conv.allow_hf32 = value
+    report.event("translated", api, f"torch.npu.conv.allow_hf32 = {value}", frame=frame)
+
+
+class _FlagSetter:
+    """A cuDNN flag attribute (a ``property``, or torch's ``ContextProp`` descriptor) whose setting, after torch's
+    own, is followed by ``after(value, frame)``; reading is unchanged."""
+
+    def __init__(self, original, after):
+        self._original, self._after = original, after
+        self.__doc__ = getattr(original, "__doc__", None)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return self._original.__get__(obj, objtype)
+
+    def __set__(self, obj, value):
+        self._original.__set__(obj, value)
+        self._after(value, sys._getframe(1))
+
+
+class _ConvPrecision:
+    """``torch.backends.cudnn.conv`` whose ``fp32_precision`` also drives the NPU's conv HF32 switch."""
+
+    def __init__(self, real, report):
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "_report", report)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._real, name, value)
+        if name == "fp32_precision":
+            _sync_conv_hf32(self._report, "torch.backends.cudnn.conv.fp32_precision", sys._getframe(1))
+
+
+#: cuDNN flags with no NPU counterpart: setting one is reported as having no effect (and why)
+CUDNN_NO_EFFECT = {"benchmark": "no cuDNN autotuner on the NPU",
+                   "deterministic": "no cuDNN on the NPU; use torch.use_deterministic_algorithms(True)"}
+#: cuDNN flags that decide whether convolutions run in TF32
+CUDNN_PRECISION = ("allow_tf32", "fp32_precision")
+
+
 @features.patch("torch.backends.cudnn:allow_tf32", kind="call", covers=("torch.backends.cudnn",),
-                why="cuDNN flags (allow_tf32, benchmark, deterministic) have no cuDNN to act on on the NPU.",
-                what="allow_tf32 drives torch.npu.conv.allow_hf32; benchmark and deterministic are recorded as "
-                     "having no NPU effect (deterministic: use torch.use_deterministic_algorithms).",
+                why="cuDNN's TF32 switches decide whether CUDA convolutions run in reduced precision; the NPU's "
+                    "switch is torch.npu.conv.allow_hf32 (on by default, like cuDNN's). cudnn.benchmark and "
+                    "deterministic have no cuDNN to act on.",
+                what="setting torch.backends.cudnn.allow_tf32 or fp32_precision sets torch.npu.conv.allow_hf32 to "
+                     "whether torch would now run CUDA convolutions in TF32 (reported); benchmark and "
+                     "deterministic are reported as having no NPU effect. Works with torch's flag descriptors "
+                     "(ContextProp) as with properties.",
                 remove_when=REMOVE)
 def cudnn_flags(ctx):
-    import sys
-
-    import torch
+    from ascend_shim.errors import TargetMissing
 
     module = sys.modules["torch.backends.cudnn"]
     cls = type(module)
     report = ctx.report
     originals = {}
-    for name in ("allow_tf32", "benchmark", "deterministic"):
-        prop = cls.__dict__.get(name)
-        if not isinstance(prop, property) or prop.fset is None:
+
+    def precision(_name):
+        return lambda value, frame: _sync_conv_hf32(report, f"torch.backends.cudnn.{_name}", frame)
+
+    def no_effect(_name):
+        return lambda value, frame: report.event("fallback", f"torch.backends.cudnn.{_name}",
+                                                 f"= {value!r}: {CUDNN_NO_EFFECT[_name]}, no effect", frame=frame)
+
+    for name in (*CUDNN_PRECISION, *CUDNN_NO_EFFECT):
+        descriptor = cls.__dict__.get(name)
+        if not hasattr(type(descriptor), "__set__"):
             continue
-        originals[name] = prop
-
-        def setter(self, value, _name=name, _prop=prop):
-            _prop.fset(self, value)
-            if _name == "allow_tf32":
-                torch.npu.conv.allow_hf32 = bool(value)
-                report.translated("torch.backends.cudnn.allow_tf32", f"torch.npu.conv.allow_hf32 = {bool(value)}")
-            else:
-                report.fallback(f"torch.backends.cudnn.{_name}", f"= {value!r}: no cuDNN on the NPU, no effect")
-
-        setattr(cls, name, property(prop.fget, setter, prop.fdel, prop.__doc__))
+        originals[name] = descriptor
+        setattr(cls, name, _FlagSetter(descriptor, precision(name) if name in CUDNN_PRECISION else no_effect(name)))
+    if "allow_tf32" not in originals:
+        raise TargetMissing(f"{cls.__qualname__}.allow_tf32 is not a settable attribute")
 
     def undo():
-        for name, prop in originals.items():
-            setattr(cls, name, prop)
+        for name, descriptor in originals.items():
+            setattr(cls, name, descriptor)
 
     return undo
+
+
+@features.patch("torch.backends.cudnn:conv", kind="replace", covers=("torch.backends.cudnn.conv.fp32_precision",),
+                why="torch.backends.cudnn.conv.fp32_precision = 'tf32'/'ieee' is torch's newer switch for TF32 "
+                    "convolutions; the NPU's is torch.npu.conv.allow_hf32.",
+                what="setting it also sets torch.npu.conv.allow_hf32 to whether torch would now run CUDA "
+                     "convolutions in TF32 (reported); reading passes through.",
+                remove_when=REMOVE)
+def cudnn_conv_precision(ctx):
+    return _ConvPrecision(ctx.original, ctx.report)
+
+
+@features.patch("torch.backends.cudnn:m.set_flags", covers=("torch.backends.cudnn.flags",),
+                why="`with torch.backends.cudnn.flags(...)` sets cuDNN's TF32 switch for a block (and back after "
+                    "it) through set_flags, not through the module attributes.",
+                what="after set_flags (so inside and after each flags() block) torch.npu.conv.allow_hf32 follows "
+                     "whether torch would run CUDA convolutions in TF32 (reported).",
+                remove_when=REMOVE)
+def cudnn_set_flags(ctx):
+    orig, report = ctx.original, ctx.report
+
+    @functools.wraps(orig)
+    def set_flags(*args, **kwargs):
+        flags = orig(*args, **kwargs)
+        _sync_conv_hf32(report, "torch.backends.cudnn.flags", sys._getframe(1))
+        return flags
+
+    return set_flags
 
 
 @features.patch("torch._dynamo.trace_rules:_allowed_callable_ids", kind="call",
