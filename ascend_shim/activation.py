@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import backend as backend_mod
-from . import hooks, patching, versions
+from . import exit_signals, hooks, patching, versions
 from .selection import patch_disabled, set_status, validate_ids
 from .config import Config
 from .context import PatchContext
@@ -32,7 +32,9 @@ class _State:
         self.active = False
         self.generation = 0
         self.config: Config | None = None
-        self.backend = ""
+        self.backend = ""  # what the patch sets see: "npu" on hardware and on the emulator's real layer
+        self.device_backend = ""  # what brings the device up: "npu" or "sim"
+        self.layer = ""  # on "sim": the torch_npu Python over the emulated device, "real" or "builtin"
         self.selected: dict[str, list[Patch]] = {}  # module -> patches to apply on its import
         self.projects: dict[str, versions.Project] = {}  # set id -> its project gate
         self.undos: list[tuple[str, object]] = []  # (patch id, undo) in application order
@@ -160,7 +162,7 @@ def _on_torch_import(generation: int, module) -> None:
     with _lock:
         if not _state.active or _state.generation != generation:
             return
-        backend = _state.backend
+        backend, device_backend, layer = _state.backend, _state.device_backend, _state.layer
     # Bringing the backend up imports (torch_npu, the emulator): never while holding _lock, which a thread that is
     # itself inside an import may be waiting for (a hang the import system cannot detect). Both bring-ups are
     # idempotent and thread-safe on their own.
@@ -168,7 +170,7 @@ def _on_torch_import(generation: int, module) -> None:
         from .devices import bind_torch
 
         bind_torch()
-        backend_mod.bring_up(backend)
+        backend_mod.bring_up(device_backend, layer)
     except Exception as exc:
         REPORT.note(f"backend {backend} failed to come up: {type(exc).__name__}: {exc}")
         raise
@@ -176,11 +178,13 @@ def _on_torch_import(generation: int, module) -> None:
 
 
 # -- child processes ----------------------------------------------------------------------------------------
-def _export_env(config: Config, backend: str, root: bool) -> None:
+def _export_env(config: Config, backend: str, layer: str, root: bool) -> None:
     """Children (torchrun workers, spawn, subprocess pythons) come up activated with the same settings."""
     wanted = dict(config.to_env())
     wanted["ASCEND_SHIM"] = "1"
     wanted["ASCEND_SHIM_BACKEND"] = backend
+    if layer:
+        wanted["ASCEND_SHIM_SIM_LAYER"] = layer
     if root and "ASCEND_SHIM_ROOT_PID" not in os.environ:
         wanted["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -220,16 +224,20 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         config = Config.from_env(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
                                  log=log_level, report=report, patch_modules=patch_modules)
         _configure_logging(config.log)
-        chosen = backend_mod.resolve(config.backend)
+        device_backend = backend_mod.resolve(config.backend)
+        layer = backend_mod.resolve_layer(device_backend, config.sim_layer)
+        chosen = backend_mod.patch_backend(device_backend, layer)
         sets, ep_errors = all_patch_sets(config.patch_modules)
         validate_ids(config, sets)
 
         REPORT.reset()
         REPORT.backend = chosen
+        REPORT.sim_layer = layer
         for name, error in ep_errors:
             REPORT.note(f"entry point {name} could not be loaded: {error}")
             _fail(config, f"patch-set entry point {name} could not be loaded: {error}")
         _state.config, _state.backend = config, chosen
+        _state.device_backend, _state.layer = device_backend, layer
         _state.generation += 1
         _state.selected = defaultdict(list)
         _state.projects = {s.id: s.project for s in sets if s.project is not None}
@@ -238,10 +246,10 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         generation = _state.generation
         try:
             if inherit:
-                _export_env(config, chosen, root)
+                _export_env(config, device_backend, layer, root)
+            backend_mod.prepare(device_backend, layer)  # before torch's hook: torch may be imported already
             hooks.on_batch_end(_sweep)
             hooks.when_imported("torch", lambda m: _on_torch_import(generation, m))
-            backend_mod.prepare(chosen)
             at_once = []
             for s in sets:
                 status, reason, found = set_status(s, config, chosen)
@@ -272,6 +280,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         if not _atexit_registered:
             atexit.register(_at_exit)
             _atexit_registered = True
+        exit_signals.install(_at_exit)  # a process ended by SIGTERM / SIGINT runs no atexit
         log.info("ascend_shim active (backend %s, %d patch sets)", chosen, len(sets))
 
 
@@ -308,6 +317,7 @@ def _deactivate_locked() -> None:
     _run_undos("deactivate", [u for _, u in _state.undos])
     _state.undos = []
     patching.revert_all()
+    exit_signals.uninstall()
     _restore_env()
     for pid, info in REPORT.patches.items():
         if info["status"] == "applied":
@@ -336,7 +346,13 @@ def current_config() -> Config | None:
 
 
 def current_backend() -> str:
+    """The backend the patches serve: ``npu`` (hardware, or the emulator's real layer) or ``sim``."""
     return _state.backend if _state.active else ""
+
+
+def current_layer() -> str:
+    """On the emulated NPU, the torch_npu Python running over it: ``real`` or ``builtin`` (else ``""``)."""
+    return _state.layer if _state.active else ""
 
 
 def set_summary_printing(enabled: bool) -> None:
@@ -354,7 +370,9 @@ def _configure_logging(level: str) -> None:
     log.setLevel(logging.CRITICAL + 1 if level == "off" else getattr(logging, level.upper()))
 
 
-def _at_exit() -> None:
+def _at_exit(summary: bool = True) -> None:
+    """Write the JSON report; print the summary too when ``summary`` (not when a signal handler of the program
+    is about to run next: the process may go on, and the summary comes at its exit)."""
     config = _state.config
     if config is None:
         return
@@ -371,7 +389,7 @@ def _at_exit() -> None:
         # imported anything we patch has nothing to say
         talk = talk and any(info["status"] == "applied" and not info["target"].startswith(("env:", "process:"))
                             for info in REPORT.patches.values())
-    if talk and _state.print_summary and config.log != "off":
+    if summary and talk and _state.print_summary and config.log != "off":
         try:
             print(format_summary(REPORT.to_dict(), json_path=json_path), file=sys.stderr)
         except (OSError, ValueError):

@@ -28,10 +28,40 @@ def resolve(backend: str) -> str:
         "the simulated NPU with `--simulate` / ASCEND_SHIM_BACKEND=sim.")
 
 
-def bring_up(backend: str) -> None:
-    """Make ``torch.npu`` exist: import the real torch_npu, or install the emulator."""
-    if backend == "npu":
+def resolve_layer(backend: str, layer: str) -> str:
+    """The ``torch_npu`` Python over the emulated NPU (``sim`` only): ``real`` (Huawei's package, prepared by
+    ``fetch-torch-npu``) or ``builtin``; ``auto`` takes ``real`` when it is prepared for the installed torch."""
+    if backend != "sim":
+        return ""
+    if layer == "builtin":
+        return "builtin"
+    from .real_layer import find_prepared
+    from .versions import base, installed_version
+
+    if find_prepared() is not None:
+        return "real"
+    if layer == "real":
+        raise ConfigError(f"ASCEND_SHIM_SIM_LAYER=real: Huawei's torch_npu {base(installed_version('torch') or '?')} "
+                          f"is not prepared "
+                          f"for the emulated NPU; run `python -m ascend_shim fetch-torch-npu` first (or "
+                          f"`--wheel PATH` on an offline machine)")
+    return "builtin"
+
+
+def patch_backend(backend: str, layer: str) -> str:
+    """The backend the patch sets see: on the real layer the shim runs its ``npu`` code, as on hardware."""
+    return "npu" if layer == "real" else backend
+
+
+def bring_up(backend: str, layer: str = "") -> None:
+    """Make ``torch.npu`` exist: import the real torch_npu (on an NPU, or over the emulated device), or install
+    the emulator's own layer."""
+    if backend == "npu" or layer == "real":
         importlib.import_module("torch_npu")
+        if layer == "real":
+            from . import sim
+
+            sim.check_autograd_engine()
     elif backend == "sim":
         from . import sim
 
@@ -72,12 +102,19 @@ class _TorchThenEmulator(importlib.abc.Loader):
 _torch_first = _TorchFirst()
 
 
-def prepare(backend: str) -> None:
-    """At activation, before torch is imported: under ``sim``, let ``import torch_npu`` come first."""
-    if backend == "sim" and _torch_first not in sys.meta_path:
+def prepare(backend: str, layer: str = "") -> None:
+    """At activation, before torch is imported: on the real layer, put Huawei's prepared package in front of
+    the emulated device; on the builtin layer, let ``import torch_npu`` come first."""
+    if layer == "real":
+        from . import real_layer
+
+        real_layer.enable(real_layer.find_prepared())
+    elif backend == "sim" and _torch_first not in sys.meta_path:
         sys.meta_path.append(_torch_first)
 
 
 def unprepare() -> None:
     if _torch_first in sys.meta_path:
         sys.meta_path.remove(_torch_first)
+    if "ascend_shim.real_layer" in sys.modules:
+        sys.modules["ascend_shim.real_layer"].disable()

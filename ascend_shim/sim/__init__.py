@@ -41,13 +41,14 @@ import torch
 from .. import virtual
 from . import _extension, counters
 
-__all__ = ["install", "is_installed", "cpu_alias", "npu_alias", "DEVICE_NAME"]
+__all__ = ["install", "install_device", "is_installed", "layer", "cpu_alias", "npu_alias", "DEVICE_NAME"]
 
 DEVICE_NAME = "Ascend910B3"
 
 _lock = threading.RLock()
 _installed = False
 _installing = False
+_device_installed = False
 
 
 def is_installed() -> bool:
@@ -55,7 +56,8 @@ def is_installed() -> bool:
 
 
 def install() -> None:
-    """Make the emulated NPU available; idempotent and thread-safe.
+    """Make the emulated NPU available with its own ``torch_npu`` layer (the builtin facade); idempotent and
+    thread-safe.
 
     Call it before the process's first ``backward()``: torch sizes its autograd device queues once, at the first
     backward, and a device registered later cannot run backward (install() checks this and raises).
@@ -68,12 +70,51 @@ def install() -> None:
         # __init__ calls install() itself.
         if _installed or _installing:
             return
+        if layer() == "real":
+            raise RuntimeError("the emulated NPU runs Huawei's torch_npu Python in this process (the real layer); "
+                               "its builtin torch_npu layer cannot be installed beside it")
         _installing = True
         try:
-            _install()
+            install_device()
+            _install_builtin_layer()
             _installed = True
         finally:
             _installing = False
+
+
+def install_device() -> None:
+    """The emulated device alone, under whichever ``torch_npu`` Python layer runs over it: the native
+    extension loaded, PrivateUse1 named ``npu``, host kernels registered, counters wired (idempotent).
+
+    The builtin layer (:func:`install`) adds the emulator's own ``torch.npu``/``torch_npu``; the real layer
+    (:mod:`.real_layer`) lets Huawei's torch_npu package register its own, as it does on hardware.
+    """
+    global _device_installed
+    if _device_installed:
+        return
+    with _lock:
+        if _device_installed:
+            return
+        from ..config import setting
+
+        count = len(visible_devices(setting("sim_devices")))  # a bad value is a one-line ConfigError first
+        native = _extension.load()
+        native.configure_device_count(count)
+        _name_privateuse1()
+        native.register_host_kernels()
+        counters.set_native_source(_native_snapshot, _native_reset)
+        _count_print_as_one_transfer(native)
+        atexit.register(_let_autograd_threads_finish)
+        _device_installed = True
+
+
+def layer() -> str:
+    """Which ``torch_npu`` Python runs over the emulated device: ``builtin`` (the emulator's own), ``real``
+    (Huawei's, enabled by :mod:`ascend_shim.real_layer`) or ``""`` (none yet)."""
+    real = sys.modules.get("ascend_shim.real_layer")
+    if real is not None and real.enabled_site() is not None:
+        return "real"
+    return "builtin" if _installed else ""
 
 
 def visible_devices(physical: int, environ=None) -> list[int]:
@@ -100,17 +141,13 @@ def torch_base_version() -> str:
     return match.group(0) if match else torch.__version__
 
 
-def _install() -> None:
-    from ..config import setting
-
-    count = len(visible_devices(setting("sim_devices")))  # a bad value is a one-line ConfigError first
+def _install_builtin_layer() -> None:
     native = _extension.load()
-    native.configure_device_count(count)
-    _claim_privateuse1()
-    native.register_host_kernels()
-
+    _generate_npu_methods()
+    from . import tensor_types
     from .torch_npu import npu as npu_module
 
+    tensor_types.install(npu_module)
     if getattr(torch, "npu", None) is not npu_module:
         torch._register_device_module("npu", npu_module)
     for name, module in list(sys.modules.items()):  # `import torch.npu.amp` must find the same objects
@@ -119,16 +156,14 @@ def _install() -> None:
 
     virtual.register_alias("torch_npu", f"{__name__}.torch_npu")
     virtual.register_distribution("torch_npu", torch_base_version(), "Emulated torch_npu (ascend_shim sim backend)")
-    counters.set_native_source(_native_snapshot, _native_reset)
-    _count_print_as_one_transfer(native)
-    if count:  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no npu backward to check
-        _check_autograd_engine()
+    if native.device_count():  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no npu backward
+        check_autograd_engine()
         _forget_probe(native)
-    atexit.register(_let_autograd_threads_finish)
     _register_hccl()
 
 
-def _check_autograd_engine() -> None:
+def check_autograd_engine() -> None:
+    """Fail clearly when the device came up after the process's first backward (see :func:`install`)."""
     probe = torch.ones(1, device="npu", requires_grad=True)
     try:
         probe.sum().backward()
@@ -150,12 +185,16 @@ def _forget_probe(native) -> None:
     utils._initialized = False
 
 
-def _claim_privateuse1() -> None:
+def _name_privateuse1() -> None:
     backend = torch._C._get_privateuse1_backend_name()
     if backend != "npu":
         if backend != "privateuseone":
             raise RuntimeError(f"PrivateUse1 is already taken by the {backend!r} backend; the sim NPU needs it")
         torch.utils.rename_privateuse1_backend("npu")
+
+
+def _generate_npu_methods() -> None:
+    """``Tensor.npu``/``is_npu`` and friends, which torch_npu's own registration generates (the real layer's)."""
     if not hasattr(torch.Tensor, "is_npu"):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     _register_python_side()
@@ -239,7 +278,7 @@ def cpu_alias(t: torch.Tensor) -> torch.Tensor:
 
     The alias keeps ``t``'s storage alive; writes through either are visible through both.
     """
-    install()
+    install_device()
     return _extension.load().cpu_alias(t)
 
 
@@ -248,5 +287,5 @@ def npu_alias(cpu_t: torch.Tensor, index: int | None = None) -> torch.Tensor:
 
     The alias keeps ``cpu_t``'s storage alive and counts as live bytes of that device while it exists.
     """
-    install()
+    install_device()
     return _extension.load().npu_alias(cpu_t, -1 if index is None else int(index))

@@ -41,6 +41,25 @@ py::object default_generator(int64_t index) {
   return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(sim::default_generator(index_arg(index))));
 }
 
+// torch_npu's npu_change_data_ptr: ``dst``'s storage keeps its size and now points into ``src``'s memory at
+// element ``index`` (NpuFusedAdamW flattens parameters this way). Only the data pointer moves; ``src`` must
+// outlive ``dst``'s use of it, as on the NPU.
+int64_t change_data_ptr(const at::Tensor& dst, const at::Tensor& src, int64_t index) {
+  TORCH_CHECK(dst.device().type() == c10::DeviceType::PrivateUse1 && dst.device() == src.device(),
+              "npu_change_data_ptr: dst and src must be on the same npu device, got ", dst.device(), " and ",
+              src.device());
+  TORCH_CHECK(index >= 0, "npu_change_data_ptr: index must be >= 0, got ", index);
+  TORCH_CHECK(dst.scalar_type() == src.scalar_type(), "npu_change_data_ptr: dst and src must have the same dtype");
+  auto* impl = dst.storage().unsafeGetStorageImpl();
+  const size_t offset = static_cast<size_t>(index) * src.element_size();
+  const size_t available = src.storage().nbytes() - static_cast<size_t>(src.storage_offset()) * src.element_size();
+  TORCH_CHECK(offset + impl->nbytes() <= available, "npu_change_data_ptr: dst's storage (", impl->nbytes(),
+              " bytes) does not fit in src at element ", index);
+  char* base = static_cast<char*>(src.data_ptr()) + offset;
+  impl->set_data_ptr_noswap(at::DataPtr(base, dst.device()));
+  return 0;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -57,6 +76,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("check_index", [](int64_t i) { return static_cast<int64_t>(index_arg(i)); });
 
   m.def("cpu_alias", &sim::cpu_alias);
+  m.def("change_data_ptr", &change_data_ptr);
   m.def("npu_alias", [](const at::Tensor& t, int64_t i) { return sim::npu_alias(t, static_cast<c10::DeviceIndex>(i)); });
 
   m.def("memory_stats", &memory_stats);

@@ -7,7 +7,8 @@ instantiated, never when looked up (``unemulated_names()`` lists them). Unknown 
 """
 from __future__ import annotations
 
-from . import amp, graphs, memory, mstx as _mstx_module, npu_config, random, streams, tensor_types, utils  # noqa: F401
+from . import amp, graphs, memory, mstx as _mstx_module, npu_config, random, streams, utils  # noqa: F401
+from ... import tensor_types  # noqa: F401  (the device core's; torch_npu's extension creates them)
 from ._unemulated import (NPU_ALL, REAL_ALL, REAL_EXTRA, NotEmulatedError, module_getattr,  # noqa: F401
                           placeholder_function, unemulated_names)
 from .autocast_utils import (get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabled,
@@ -36,7 +37,7 @@ from .random import (_get_generator, _get_rng_state_offset, _set_rng_state_offse
                      set_rng_state, set_rng_state_all)
 from .streams import (Event, ExternalEvent, ExternalStream, Stream, StreamContext, SyncLaunchStream,
                       current_stream, default_stream, set_stream, stream)
-from .tensor_types import (BFloat16Storage, BFloat16Tensor, BoolStorage, BoolTensor, ByteStorage, ByteTensor,
+from ...tensor_types import (BFloat16Storage, BFloat16Tensor, BoolStorage, BoolTensor, ByteStorage, ByteTensor,
                            CharStorage, CharTensor, DoubleStorage, DoubleTensor, FloatStorage, FloatTensor,
                            HalfStorage, HalfTensor, IntStorage, IntTensor, LongStorage, LongTensor, ShortStorage,
                            ShortTensor)

@@ -1,5 +1,8 @@
 """Legacy typed tensor and storage classes of torch.npu (``torch.npu.FloatTensor``, ``torch.npu.HalfStorage``...).
 
+Part of the device core: torch_npu's C++ creates them when its extension initializes, so both torch_npu layers
+over the emulated device get them from here (:func:`install`).
+
 torch_npu creates them in C++ like ``torch.cuda.FloatTensor``: ``isinstance(t, torch.npu.FloatTensor)`` is true
 for a float32 npu tensor, ``torch.npu.FloatTensor(2, 3)`` builds one on the current device, and
 ``t.type(torch.npu.HalfTensor)`` converts (the string form ``t.type("torch.npu.HalfTensor")`` is torch's own).
@@ -12,7 +15,7 @@ import functools
 import torch
 from torch.storage import _LegacyStorage
 
-from ._utils import _get_device_index, _native
+from ._device_index import _get_device_index, _native
 
 TENSOR_DTYPES = {"BoolTensor": torch.bool, "ByteTensor": torch.uint8, "CharTensor": torch.int8,
                  "ShortTensor": torch.int16, "IntTensor": torch.int32, "LongTensor": torch.int64,
@@ -73,8 +76,6 @@ TYPES = {name: _tensor_type(name, dtype) for name, dtype in TENSOR_DTYPES.items(
 STORAGES = {name: _storage_type(name, dtype) for name, dtype in STORAGE_DTYPES.items()}
 globals().update(TYPES)
 globals().update(STORAGES)
-for _storage in STORAGES.values():
-    torch._storage_classes.add(_storage)
 
 
 def tensor_type_name(obj):
@@ -82,6 +83,25 @@ def tensor_type_name(obj):
     if isinstance(obj, _NPUTensorType):
         return f"torch.npu.{obj.__name__}"
     return None
+
+
+def install(npu_module) -> None:
+    """Give ``npu_module`` (``torch.npu``) the typed classes, make the storages known to torch and let
+    ``Tensor.type`` accept the classes, as torch_npu's extension initialization does (idempotent)."""
+    for name, cls in {**TYPES, **STORAGES}.items():
+        setattr(npu_module, name, cls)
+    for storage in STORAGES.values():
+        torch._storage_classes.add(storage)
+    install_type_method()
+
+
+def uninstall() -> None:
+    """Undo :func:`install`'s changes to torch (the classes stay on the npu module, which goes with the layer)."""
+    for storage in STORAGES.values():
+        torch._storage_classes.discard(storage)
+    current = torch.Tensor.type
+    if getattr(current, "_ascend_shim_sim", False):
+        torch.Tensor.type = current.__wrapped__
 
 
 def install_type_method() -> None:
@@ -101,6 +121,3 @@ def install_type_method() -> None:
 
     type._ascend_shim_sim = True
     torch.Tensor.type = type
-
-
-install_type_method()

@@ -1,0 +1,11 @@
+"""The real layer of the emulated NPU: Huawei's torch_npu Python, unmodified, over the emulated device.
+
+``ascend-shim fetch-torch-npu`` prepares the package (:mod:`.prepare`); under ``--simulate`` with
+``ASCEND_SHIM_SIM_LAYER=real`` (or ``auto`` when prepared) the shim enables it (:mod:`.loader`) and runs its
+``npu`` backend code, exactly what runs on an Ascend machine. torch_npu's native layer, which needs CANN, is
+played by :mod:`.native` (runtime, memory, streams, RNG), :mod:`.c10d` (``ProcessGroupHCCL``) and :mod:`.ops`
+(the ``npu::`` op library) over the emulator's device core.
+"""
+from .loader import disable, enable, enabled_site, find_prepared, prepared_metadata, running_version
+
+__all__ = ["enable", "disable", "enabled_site", "find_prepared", "prepared_metadata", "running_version"]

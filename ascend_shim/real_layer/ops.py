@@ -1,0 +1,66 @@
+"""The ``npu`` operator library under the real layer: every schema torch_npu's native library registers, with
+the emulated device's kernels behind the ones the emulator implements.
+
+torch_npu's ``libtorch_npu.so`` defines its ``npu::`` ops from the build-time yaml that ships in the wheel;
+``fetch-torch-npu`` read those schemas into ``prepared.json``, so each release line gets its own. Kernels sit at
+PrivateUse1 and AutogradPrivateUse1, as torch_npu's C++ registers them (its Python Meta registrations refuse a
+CompositeImplicitAutograd kernel). An op the emulator does not implement exists with its schema and fails when
+called on an npu tensor, naming the op, as a dispatch with no kernel does.
+"""
+from __future__ import annotations
+
+import torch
+
+_libraries: list[torch.library.Library] = []  # kept alive: a Library's registrations go with it
+
+
+def _get_storage_size(self):
+    return self.untyped_storage().nbytes() // self.element_size()
+
+
+def _npu_change_data_ptr(dst, src, index):
+    from ..sim import _extension
+
+    return _extension.load().change_data_ptr(dst, src, int(index))
+
+
+def _get_npu_format(self):
+    return 2  # ACL_FORMAT_ND: the only format of the emulated device
+
+
+def _npu_format_cast(self, acl_format, customize_dtype=None, input_dtype=None):
+    if int(acl_format) != 2:
+        raise RuntimeError(f"npu_format_cast: the emulated NPU stores tensors in the ND format (2) only, not "
+                           f"{acl_format}; private formats (NZ, NC1HWC0 ...) exist on the hardware only")
+    return self
+
+
+#: the storage and format helpers of the native layer, by op name
+HELPERS = {"get_storage_size": _get_storage_size, "npu_change_data_ptr": _npu_change_data_ptr,
+           "get_npu_format": _get_npu_format, "npu_format_cast": _npu_format_cast}
+
+
+def define_and_register(schemas: list[str] | None = None) -> list[str]:
+    """Define ``schemas`` (default: the prepared package's) in the ``npu`` namespace and register the emulated
+    kernels; returns the schemas torch refused (none expected: reported by the real layer's probe)."""
+    if _libraries:
+        return []
+    if schemas is None:
+        from . import loader
+
+        schemas = loader.prepared_metadata()["npu_schemas"]
+    definitions = torch.library.Library("npu", "DEF")
+    refused = []
+    for schema in schemas:
+        try:
+            definitions.define(schema)
+        except RuntimeError as exc:
+            refused.append(f"{schema.split('(', 1)[0]}: {str(exc).splitlines()[0]}")
+    kernels = torch.library.Library("npu", "IMPL")
+    _libraries.extend([definitions, kernels])
+    from ..sim.ops import library
+
+    library.register_kernels(kernels)
+    for name, fn in HELPERS.items():
+        kernels.impl(name, fn, "PrivateUse1")
+    return refused

@@ -1,0 +1,185 @@
+"""``ascend-shim fetch-torch-npu``: prepare Huawei's torch_npu Python to run over the emulated NPU.
+
+The torch-npu wheel paired with the installed torch (or one given with ``--wheel``) is unpacked into a per-user
+cache with its native parts left out: every shared library (``_C``, ``libtorch_npu.so``, the bundled CANN-linked
+libraries, torchair's extensions) and the C++ headers. Two things take their place:
+
+* ``torch_npu._C`` is served by the stand-in native layer (:mod:`.native`) when the shim enables the layer;
+* ``torch_npu/lib/libop_plugin_atb.so`` becomes an empty file: torch_npu's ATB loader requires the path to exist,
+  then treats a library that does not load as NNAL being absent, as on a machine without NNAL.
+
+The op schemas and the lists of ops with NPU kernels, which the native library registers from its build-time
+yaml, are read from the wheel's yaml into ``prepared.json`` beside the package. Nothing is downloaded during a
+run: a run only uses what this command prepared.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from ..errors import ConfigError
+
+#: the file ``prepared.json`` records; bumped when what is kept or recorded changes
+FORMAT = 1
+_NATIVE = re.compile(r"(\.so(\.[0-9.]+)?|\.a|\.h|\.hpp|\.cuh)$")
+_ATB_PLACEHOLDER = "torch_npu/lib/libop_plugin_atb.so"
+_YAMLS = ("torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml", "torch_npu/csrc/aten/npu_native_functions.yaml")
+
+
+def torch_npu_root() -> Path:
+    from ..config import setting
+
+    root = setting("torch_npu_dir")
+    return Path(root) if root else Path.home() / ".cache" / "ascend_shim" / "torch_npu"
+
+
+def prepared_dir(version: str) -> Path:
+    return torch_npu_root() / version
+
+
+def _keep(name: str) -> bool:
+    top = name.split("/", 1)[0]
+    if top != "torch_npu" and not (top.startswith("torch_npu-") and top.endswith(".dist-info")):
+        return False  # torch_npu.libs (bundled native libraries), torchnpugen (build-time code generator)
+    return not name.endswith("/") and not _NATIVE.search(name)
+
+
+def read_yaml_functions(text: str) -> dict[str, list[str]]:
+    """The ``func`` of every item of each top-level list in torch_npu's native-functions yaml (an item is either a
+    bare op name or a mapping with a ``func:`` key). A line reader: the files are flat and generated, and the
+    shim depends on nothing but torch and packaging."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        header = re.match(r"^([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", line)
+        if header:
+            current = sections.setdefault(header.group(1), []) if not header.group(2) else None
+            continue
+        if current is None:
+            continue
+        item = re.match(r"^\s*-\s+(.*)$", line)
+        body = item.group(1) if item else line.strip()
+        func = re.match(r"^func:\s*(.+?)\s*$", body)
+        if func:
+            current.append(func.group(1).strip("'\""))
+        elif item and ":" not in body:
+            current.append(body.strip("'\""))
+    return sections
+
+
+def _npu_metadata(zf: zipfile.ZipFile) -> dict:
+    yamls = {}
+    for name in _YAMLS:
+        try:
+            yamls[name.rsplit("/", 1)[-1]] = read_yaml_functions(zf.read(name).decode())
+        except KeyError:
+            continue
+    by_codegen = yamls.get("npu_native_functions_by_codegen.yaml", {})
+    symint = {f.split("(", 1)[0]: f for f in by_codegen.get("symint", []) if "(" in f}
+    schemas = [symint.get(f.split("(", 1)[0], f) for f in by_codegen.get("custom", []) if "(" in f]
+    kernels = sorted({f.split("(", 1)[0] for y in yamls.values() for section in ("supported", "autograd", "symint")
+                      for f in y.get(section, [])})
+    return {"npu_schemas": schemas, "aten_kernels": kernels}
+
+
+def _version_of(zf: zipfile.ZipFile) -> str:
+    text = zf.read("torch_npu/version.py").decode()
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    if not match:
+        raise ConfigError("the wheel's torch_npu/version.py names no __version__: not a torch-npu wheel")
+    return match.group(1)
+
+
+def _download(version: str, into: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(into),
+           f"torch-npu=={version}"]
+    print(f"fetch-torch-npu: downloading torch-npu=={version} (no dependencies)", file=sys.stderr)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wheels = sorted(into.glob("torch_npu-*.whl"))
+    if done.returncode or not wheels:
+        tail = "\n".join(done.stdout.strip().splitlines()[-3:])
+        raise ConfigError(f"could not download torch-npu=={version} from the package index:\n{tail}\n"
+                          f"On an offline machine, download the wheel elsewhere and pass --wheel PATH.")
+    return wheels[0]
+
+
+def prepare(wheel: str | os.PathLike | None = None, version: str | None = None) -> Path:
+    """Prepare the torch_npu Python paired with the installed torch (or ``wheel``); returns its directory.
+
+    Safe against concurrent runs: the package is unpacked beside its final place and renamed into it."""
+    from ..versions import base, installed_version
+
+    wanted = version or base(installed_version("torch") or "")
+    root = torch_npu_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise ConfigError(f"cannot create {root} ({exc.strerror}); set ASCEND_SHIM_TORCH_NPU_DIR to a directory "
+                          f"you can write") from None
+    with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as scratch:
+        path = Path(wheel) if wheel else _download(wanted, Path(scratch))
+        if not path.is_file():
+            raise ConfigError(f"--wheel {path}: no such file")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        try:
+            zf = zipfile.ZipFile(path)
+        except zipfile.BadZipFile:
+            raise ConfigError(f"{path} is not a wheel (not a zip archive)") from None
+        with zf:
+            got = _version_of(zf)
+            if wheel is None and got != wanted:
+                raise ConfigError(f"the package index gave torch-npu {got}, not {wanted}")
+            staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{got}-"))
+            site = staging / "site"
+            kept, left_out = 0, []
+            for info in zf.infolist():
+                name = info.filename
+                if ".." in Path(name).parts or name.startswith("/"):
+                    raise ConfigError(f"{path}: unsafe member {name!r}")
+                if _keep(name):
+                    zf.extract(info, site)
+                    kept += 1
+                elif not name.endswith("/"):
+                    left_out.append(name)
+            placeholder = site / _ATB_PLACEHOLDER
+            placeholder.parent.mkdir(parents=True, exist_ok=True)
+            placeholder.write_bytes(b"")
+            meta = {"format": FORMAT, "torch_npu": got, "wheel": path.name, "sha256": digest, "files_kept": kept,
+                    "native_left_out": len(left_out), **_npu_metadata(zf)}
+        (staging / "prepared.json").write_text(json.dumps(meta, indent=1))
+        final = prepared_dir(got)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="ascend-shim fetch-torch-npu",
+        description="Prepare Huawei's torch_npu Python (native parts left out) to run over the emulated NPU: "
+                    "`--simulate` then uses it (ASCEND_SHIM_SIM_LAYER=auto|real).")
+    parser.add_argument("--wheel", help="a torch-npu wheel already downloaded (offline machines)")
+    parser.add_argument("--version", help="the torch-npu release to fetch (default: the one paired with torch)")
+    ns = parser.parse_args(argv)
+    try:
+        where = prepare(ns.wheel, ns.version)
+    except ConfigError as exc:
+        print(f"ascend-shim fetch-torch-npu: {exc}", file=sys.stderr)
+        return 2
+    meta = json.loads((where / "prepared.json").read_text())
+    print(f"torch_npu {meta['torch_npu']} prepared in {where} ({meta['files_kept']} files kept, "
+          f"{meta['native_left_out']} native files left out, {len(meta['npu_schemas'])} npu op schemas)")
+    return 0
