@@ -16,7 +16,10 @@ serves both. What is left is realhf's own:
   capturing realhf's decode step (host-side cache lengths in the NPU attention call) is not known to work, so
   decoding runs eagerly (reported); disable patch ``realhf.no_cuda_graph`` to keep graphs (NPUGraph);
 * ``torch.cuda.jiterator._create_jit_fn`` runs at import of ``impl/model/modules/activations.py``: creating a
-  jiterator function is allowed (it fails only when called, as on a CPU build of torch).
+  jiterator function is allowed (it fails only when called, as on a CPU build of torch);
+* the GPU count: ``base/gpu_utils.gpu_count()`` lists ``/dev/nvidia<N>``, which an Ascend box does not have; its
+  local scheduler then gives every worker ``CUDA_VISIBLE_DEVICES=""`` and the model is built on the CPU without a
+  word. The count is the node's NPUs instead (``/dev/davinci<N>``, or the emulated devices).
 
 realhf never had a distribution of its own (AReaL's wheels include only ``areal*``; realhf runs from a checkout),
 so the gate reads ``realhf/version.py``.
@@ -24,6 +27,8 @@ so the gate reads ``realhf/version.py``.
 from __future__ import annotations
 
 import functools
+import os
+import re
 import sys
 
 from ascend_shim.registry import PatchSet
@@ -33,7 +38,8 @@ REMOVE = "realhf is no longer used (AReaL main has no realhf since 2026-01-07)"
 SPEC = ">=0.3.0.dev0,<0.4"
 realhf = PatchSet(
     project=Project("realhf", SPEC),
-    id="realhf", title="realhf (legacy AReaL): pynvml on the NPU, CUDA-graph decoding off, jiterator at import",
+    id="realhf", title="realhf (legacy AReaL): pynvml on the NPU, CUDA-graph decoding off, jiterator at import, "
+          "GPU count",
     checked_against="inclusionAI/AReaL @ c5711f06a7a8 (2026-01-07, last commit with realhf/, realhf.version "
                     f"0.3.0-dev), run from a checkout; gated on realhf/version.py ({SPEC})",
 )
@@ -122,6 +128,42 @@ def jiterator_at_import(ctx):
             return getattr(current, attr)
 
     ctx.replace(torch.cuda, "jiterator", _RealhfJiterator("torch.cuda.jiterator", current.__doc__))
+
+
+def node_npu_count(backend: str) -> int:
+    """The NPUs of this node, counted without touching the device runtime (as realhf counts GPUs): the
+    ``/dev/davinci<N>`` nodes of a real Ascend box; with the emulated NPU, its device count (every device of the
+    node, before ASCEND_RT_VISIBLE_DEVICES narrows what one process sees)."""
+    if backend == "sim":
+        from ascend_shim.config import setting
+
+        return int(setting("sim_devices"))
+    try:
+        return sum(1 for name in os.listdir("/dev") if re.fullmatch(r"davinci\d+", name))
+    except OSError:
+        return 0
+
+
+@realhf.patch("realhf.base.gpu_utils:gpu_count", id="realhf.gpu_count", covers=("/dev/nvidia*",),
+              why="realhf counts a node's GPUs by listing /dev/nvidia<N>; an Ascend box has none, so the count is 0, "
+                  "its local scheduler gives every worker CUDA_VISIBLE_DEVICES=\"\" and the model is built on the "
+                  "CPU without a word.",
+              what="when realhf finds no /dev/nvidia<N>, the count is the node's NPUs (/dev/davinci<N>; with the "
+                   "emulated NPU, its device count), reported; a node with NVIDIA device nodes keeps realhf's count.",
+              remove_when=REMOVE)
+def gpu_count(ctx):
+    orig, report, backend = ctx.original, ctx.report, ctx.backend
+
+    @functools.wraps(orig)
+    def gpu_count():
+        found = orig()
+        if found:
+            return found
+        npus = node_npu_count(backend)
+        report.translated("realhf gpu_count (/dev/nvidia*)", f"{npus} NPUs of this node")
+        return npus
+
+    return gpu_count
 
 
 PATCH_SETS = [realhf]
