@@ -15,6 +15,10 @@ and ``DeviceGroup(device_type='GPU')``. This set:
 * translates ``device_type='cuda'`` of Twinkle's ``DeviceMesh`` and 'GPU'/'cuda' of ``DeviceGroup`` to the NPU
   names (reported). torch's own ``DeviceMesh``/``init_device_mesh('cuda')`` are translated by torch_distributed.
 
+* answers ``importlib.util.find_spec('megatron.core')`` in ``twinkle/utils/framework.py`` (its NPU-only branch of
+  ``gather_object``) with None when Megatron is not installed, as for any absent module: Python raises
+  ModuleNotFoundError there for the missing parent package, which ended every Ray actor of the DPO cookbook.
+
 Leftover ``device='cuda'`` sites (``utils/nccl_safe.py`` zero-loss fallback, native_fsdp's ``or 'cuda'``) are
 covered by torch_devices; ring attention's private ``flash_attn.flash_attn_interface._flash_attn_varlen_forward
 /_backward`` are served by the flash_attn set's provider.
@@ -22,6 +26,9 @@ covered by torch_devices; ring attention's private ``flash_attn.flash_attn_inter
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
+import types
 
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
@@ -107,6 +114,50 @@ def device_group_init(ctx):
             self.device_type = "NPU"
 
     return __init__
+
+
+def find_spec_absent_parent(report):
+    """``importlib.util.find_spec`` that answers None for ``a.b`` when package ``a`` is not installed (as it does
+    for an absent top-level module); Python raises ModuleNotFoundError for the missing parent instead."""
+
+    def find_spec(name, package=None):
+        try:
+            return importlib.util.find_spec(name, package)
+        except ModuleNotFoundError as exc:
+            parent = importlib.util.resolve_name(name, package).rpartition(".")[0]
+            if not exc.name or not parent or not (parent == exc.name or parent.startswith(exc.name + ".")):
+                raise
+            report.fallback("twinkle importlib.util.find_spec", f"{name!r} -> None ({exc.name} is not installed)")
+            return None
+
+    return find_spec
+
+
+class _ImportlibView(types.ModuleType):
+    """``importlib`` as one module sees it: ``importlib.util.find_spec`` replaced, everything else the real one."""
+
+    def __init__(self, find_spec):
+        super().__init__("importlib", importlib.__doc__)
+        self.util = types.ModuleType("importlib.util", importlib.util.__doc__)
+        self.util.find_spec = find_spec
+        self.util.__getattr__ = lambda name: getattr(importlib.util, name)
+
+    def __getattr__(self, name):
+        return getattr(importlib, name)
+
+
+@twinkle.patch("twinkle.utils.framework:importlib", kind="replace", id="twinkle.find_spec_megatron",
+               covers=("importlib.util.find_spec",), fidelity="fallback",
+               why="Framework.gather_object's NPU-only branch asks importlib.util.find_spec('megatron.core'), which "
+                   "raises ModuleNotFoundError when Megatron is not installed (the parent package is imported "
+                   "first); on Ascend without megatron-core every actor of Twinkle's Ray DPO cookbook dies at its "
+                   "first metric collection.",
+               what="in twinkle/utils/framework.py, find_spec answers None for a module whose parent package is "
+                    "not installed (reported), so the Megatron group is simply not used; every other find_spec "
+                    "answer and every other use of importlib there is Python's own.",
+               remove_when="Twinkle guards its find_spec('megatron.core') call (or checks 'megatron' first)")
+def find_spec_megatron(ctx):
+    return _ImportlibView(find_spec_absent_parent(ctx.report))
 
 
 PATCH_SETS = [twinkle]

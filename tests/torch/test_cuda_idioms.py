@@ -8,3 +8,10 @@ def test_precision_flags_and_the_is_built_gate(tmp_path):
     details = {(e["api"], e["detail"]) for e in report["events"]}
     assert ("torch.backends.cudnn.allow_tf32", "torch.npu.conv.allow_hf32 = False") in details
     assert ("torch.backends.cudnn.flags", "torch.npu.conv.allow_hf32 = False") in details
+
+
+def test_twinkle_metrics_on_an_npu_box_without_megatron(tmp_path):
+    report, _ = run_script("twinkle_metrics.py", tmp_path)
+    assert report["patches"]["twinkle.find_spec_megatron"]["status"] == "applied"
+    assert any(e["api"] == "twinkle importlib.util.find_spec" and "megatron is not installed" in e["detail"]
+               for e in report["events"])
