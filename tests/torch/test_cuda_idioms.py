@@ -15,3 +15,9 @@ def test_twinkle_metrics_on_an_npu_box_without_megatron(tmp_path):
     assert report["patches"]["twinkle.find_spec_megatron"]["status"] == "applied"
     assert any(e["api"] == "twinkle importlib.util.find_spec" and "megatron is not installed" in e["detail"]
                for e in report["events"])
+
+
+def test_data_parallel_over_every_visible_device(tmp_path):
+    report, proc = run_script("data_parallel.py", tmp_path)
+    details = [e["detail"] for e in report["events"] if e["api"] == "nn.DataParallel"]
+    assert details and details[0].startswith("8 devices: scatter, replicate, parallel_apply, gather"), details
