@@ -211,12 +211,19 @@ def _cmd_list(ns) -> int:
 
 # -- report -------------------------------------------------------------------------------------------------
 def _cmd_report(ns) -> int:
+    """Every file that is not a report is one line (its name escaped: it may come from anywhere), status 2."""
     from .report import ReportFormatError, format_summary, load, merge
+    from .terminal import printable
 
-    try:
-        reports = [load(path) for path in ns.files]
-    except ReportFormatError as exc:
-        raise ConfigError(f"report: {exc}") from exc
+    reports, bad = [], 0
+    for path in ns.files:
+        try:
+            reports.append(load(path))
+        except ReportFormatError as exc:
+            print(f"ascend-shim: error: report: {printable(exc)}", file=sys.stderr)
+            bad += 1
+    if bad:
+        return 2
     merged = reports[0] if len(reports) == 1 else merge(reports)
     if ns.json:
         print(json.dumps(merged, indent=1))

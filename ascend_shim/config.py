@@ -321,4 +321,7 @@ def _coerce(var: EnvVar, raw):
         return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"), hint=_MODULE_HINT)
     if var.field in ("disable", "only", "enable"):
         return _parse_list(name, raw)
+    if var.field == "report":  # resolved now: the program may change directory (Hydra does) before it is written
+        value = os.fspath(raw) if isinstance(raw, os.PathLike) else str(raw)
+        return os.path.abspath(value) if value else ""
     return str(raw)

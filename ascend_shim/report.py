@@ -7,7 +7,8 @@ dictionary hit in a per-thread table keyed on the calling code object and instru
 
 Each process keeps its own report; at exit rank 0 (or the root process) prints a one-screen summary, and with
 ``ASCEND_SHIM_REPORT=path`` every process writes JSON (``path`` for the root process, ``stem.rank<R>.json``
-for distributed workers, ``stem.pid<P>.json`` for other children). ``merge`` combines those files.
+for distributed workers, ``stem.pid<P>.json`` for other children), readable by its owner only: it holds the
+command line, tokens included. ``merge`` combines those files; :func:`load` reads one, trusting nothing in it.
 """
 from __future__ import annotations
 
@@ -23,8 +24,18 @@ import time
 import warnings
 from pathlib import Path
 
+from .regular_file import FileTooLarge, NotRegularFile, read_regular_file
+from .terminal import printable
+
 CATEGORIES = ("translated", "unsupported", "fallback", "rewritten", "env")
 SCHEMA = "ascend_shim.report/1"
+#: detail of the ``translated`` event counted each time an NPU value decided a rewritten comparison
+REWRITE_HIT_DETAIL = "npu value compared as its CUDA counterpart (rewritten comparison)"
+#: the largest report :func:`load` reads (a merged report of many ranks is a few MiB)
+MAX_REPORT_BYTES = 64 << 20
+#: the deepest nesting :func:`load` accepts (a report is 5 levels deep; reading and printing stay far from
+#: Python's recursion limit)
+MAX_REPORT_DEPTH = 32
 
 
 def _event_order(e: dict) -> tuple:
@@ -202,11 +213,12 @@ def write_file_atomically(target: Path, text: str) -> None:
     """Write ``text`` to ``target`` through a new temporary file in its directory, then rename it over.
 
     The temporary file is created exclusively under a random name (never through a name another user could
-    plant a symlink at), with mode 0o644 narrowed by the umask; readers see the old file or the whole new one.
+    plant a symlink at), with mode 0o600 (reports hold the command line); readers see the old file or the whole
+    new one, and a file that was there before is replaced, its mode with it.
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        os.fchmod(fd, 0o644 & ~_umask())
+        os.fchmod(fd, 0o600)  # what mkstemp creates; said here, since reports depend on it
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fd = -1
             fh.write(text)
@@ -219,18 +231,6 @@ def write_file_atomically(target: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-def _umask() -> int:
-    """The process umask, read without changing it where the OS allows (``os.umask`` is process-wide)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
 
 
 def _line_of(code, offset: int) -> int:
@@ -265,10 +265,15 @@ class ReportFormatError(ValueError):
 
 
 def load(path: str) -> dict:
-    """Read and check one JSON report (a process's, or a merged one); raise :class:`ReportFormatError`."""
+    """Read and check one JSON report (a process's, or a merged one); raise :class:`ReportFormatError`.
+
+    Only a regular file of at most :data:`MAX_REPORT_BYTES` is read (a FIFO or a device could block for ever or
+    never end), and only JSON nested at most :data:`MAX_REPORT_DEPTH` deep is accepted.
+    """
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular_file(path, MAX_REPORT_BYTES)
+    except (NotRegularFile, FileTooLarge) as exc:
+        raise ReportFormatError(f"cannot read {path}: {exc}") from exc
     except OSError as exc:
         raise ReportFormatError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
@@ -277,10 +282,30 @@ def load(path: str) -> dict:
         raise ReportFormatError(f"{path} is not UTF-8 text (byte {exc.start}), so not a JSON report") from exc
     except json.JSONDecodeError as exc:
         raise ReportFormatError(f"{path} is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    except RecursionError as exc:
+        raise ReportFormatError(f"{path} is not a report: nested deeper than {MAX_REPORT_DEPTH} levels") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise ReportFormatError(f"{path} is not JSON: a number too long to read") from exc
+    if _depth_over(data, MAX_REPORT_DEPTH):
+        raise ReportFormatError(f"{path} is not a report: nested deeper than {MAX_REPORT_DEPTH} levels")
     problem = schema_problem(data)
     if problem:
         raise ReportFormatError(f"{path} is not an ascend_shim report: {problem}")
     return data
+
+
+def _depth_over(value, limit: int) -> bool:
+    """Does ``value`` (parsed JSON) nest lists and objects more than ``limit`` deep? Walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def schema_problem(rep) -> str:
@@ -394,13 +419,19 @@ def _short(path: str) -> str:
 
 
 def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) -> str:
-    """A one-screen text summary of a report (one process's or a merged one)."""
+    """A one-screen text summary of a report (one process's or a merged one).
+
+    Every string from the report is printed through :func:`~ascend_shim.terminal.printable` (it may name a
+    hostile file, or come from a report someone else wrote); a rewritten comparison is one line, with the times
+    an NPU value decided it (:func:`_rewrites_with_hits`).
+    """
     proc = rep.get("process") or {}
-    sets, patches, events = rep.get("patch_sets", {}), rep.get("patches", {}), rep.get("events", [])
+    sets, patches = rep.get("patch_sets", {}), rep.get("patches", {})
+    events = _rewrites_with_hits(rep.get("events", []))
     count = lambda d, s: sum(1 for v in d.values() if v.get("status") == s)  # noqa: E731
     head = "ascend_shim migration report"
     if proc:
-        head += f" (backend {proc.get('backend') or '?'}, pid {proc.get('pid')}"
+        head += f" (backend {printable(proc.get('backend') or '?')}, pid {printable(proc.get('pid'))}"
         head += f", rank {proc['rank']})" if proc.get("rank") is not None else ")"
     elif rep.get("processes"):
         head += f" ({len(rep['processes'])} processes merged)"
@@ -412,11 +443,11 @@ def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) 
              f"{count(patches, 'not-needed')} not needed"]
     for ident, info in sorted(sets.items()):
         if info.get("status") == "skipped":
-            lines.append(f"    set {ident} skipped: {info.get('reason')}")
+            lines.append(f"    set {printable(ident)} skipped: {printable(info.get('reason'))}")
     problems = [(i, v) for i, v in sorted(patches.items(), key=lambda kv: kv[1].get("status") != "failed")
                 if v.get("status") in ("skipped", "failed")]
     for ident, info in problems[:limit]:
-        lines.append(f"    patch {ident} {info['status']}: {info.get('reason')}")
+        lines.append(f"    patch {printable(ident)} {printable(info['status'])}: {printable(info.get('reason'))}")
     if len(problems) > limit:
         lines.append(f"    ... {len(problems) - limit} more skipped (`ascend-shim report FILE` or the JSON)")
     aliases = sum(len(v.get("aliases", [])) for v in patches.values())
@@ -431,19 +462,38 @@ def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) 
         if not items:
             continue
         total = sum(e["count"] for e in items)
-        title = titles.get(category, f"{category} events (a category this version does not know)")
-        lines.append(f"  {title}: {len(items)} sites, {total} calls")
+        title = titles.get(category, f"{printable(category)} events (a category this version does not know)")
+        counted = "decided by an NPU value" if category == "rewritten" else "calls"
+        lines.append(f"  {title}: {len(items)} sites, {total} {counted}")
         for e in sorted(items, key=lambda e: -e["count"])[:limit]:
-            where = "" if e["file"] == "<environment>" else f"{_short(e['file'])}:{e['line']}  "
-            arrow = f" -> {e['detail']}" if e["detail"] else ""
-            lines.append(f"    {where}{e['api']}{arrow}  x{e['count']}")
+            where = "" if e["file"] == "<environment>" else f"{printable(_short(e['file']))}:{e['line']}  "
+            arrow = f" -> {printable(e['detail'])}" if e["detail"] else ""
+            lines.append(f"    {where}{printable(e['api'])}{arrow}  x{e['count']}")
         if len(items) > limit:
             lines.append(f"    ... {len(items) - limit} more sites (see the JSON report)")
     for note in rep.get("notes", []):
-        lines.append(f"  note: {note}")
+        lines.append(f"  note: {printable(note)}")
     if json_path:
-        lines.append(f"  JSON report: {json_path}")
+        lines.append(f"  JSON report: {printable(json_path)}")
     return "\n".join(lines)
+
+
+def _rewrites_with_hits(events: list[dict]) -> list[dict]:
+    """``events`` with each rewritten comparison once: its ``rewritten`` event (recorded when the code was
+    rewritten) counts the times an NPU value decided it, which the report holds as ``translated`` events of
+    detail :data:`REWRITE_HIT_DETAIL` at the same file, line and comparison; those are not listed again."""
+    def site(e):
+        return e["file"], e["line"], e["api"]
+
+    def is_hit(e):
+        return e["category"] == "translated" and e["detail"] == REWRITE_HIT_DETAIL and site(e) in rewritten
+
+    rewritten = {site(e) for e in events if e["category"] == "rewritten"}
+    hits: dict[tuple, int] = {}
+    for e in filter(is_hit, events):
+        hits[site(e)] = hits.get(site(e), 0) + e["count"]
+    return [dict(e, count=hits.get(site(e), 0)) if e["category"] == "rewritten" else e
+            for e in events if not is_hit(e)]
 
 
 #: the process-wide report

@@ -21,29 +21,42 @@ The one deliberate change for a value that may not be "a device" is the bare str
 ``"hccl"`` compared with a CUDA/NCCL literal (``name == "cuda"`` with ``name = "npu"`` is now true).
 
 Each time a counterpart decides a result, the caller's line is counted in the report as a ``translated``
-event with detail :data:`HIT_DETAIL` (not while ``torch.compile`` traces; compiled code does not call back).
+event with detail :data:`HIT_DETAIL`, named by the comparison that made the call (the column of the call tells
+two comparisons on one line apart); not while ``torch.compile`` traces (compiled code does not call back).
 """
 from __future__ import annotations
 
 import collections
 import collections.abc
+import itertools
 import sys
 
-from ..report import REPORT
+from ..report import REPORT, REWRITE_HIT_DETAIL as HIT_DETAIL
 
 __ascend_shim_internal__ = True
-#: detail of the ``translated`` event counted each time an NPU value decided a rewritten comparison
-HIT_DETAIL = "npu value compared as its CUDA counterpart (rewritten comparison)"
 
 _device_cls = None  # the real torch.device class, once torch is imported
 _cuda_devices: dict = {}  # index -> torch.device("cuda", index): built once
-_sites: dict[tuple[str, int], str] = {}  # (filename, line) -> snippet, registered when a module is rewritten
+#: (filename, line) -> {column: snippet}, registered when a module is rewritten
+_sites: dict[tuple[str, int], dict[int, str]] = {}
 
 
 def register_sites(sites) -> None:
     for s in sites:
         if s.rewritten:
-            _sites.setdefault((s.filename, s.line), s.snippet)
+            _sites.setdefault((s.filename, s.line), {}).setdefault(s.col, s.snippet)
+
+
+def _snippet(code, offset: int, line: int) -> str:
+    """The rewritten comparison whose helper call is the instruction at ``offset`` of ``code`` (on ``line``)."""
+    by_column = _sites.get((code.co_filename, line))
+    if not by_column:
+        return "rewritten comparison"
+    try:  # one position per 2-byte code unit; the call's is the comparison's, which the rewrite copied
+        column = next(itertools.islice(code.co_positions(), offset // 2, None))[2]
+    except (AttributeError, StopIteration):  # no positions (python -X no_debug_ranges, or before 3.11)
+        column = None
+    return by_column.get(column) or next(iter(by_column.values()))
 
 
 def _torch_device_class():
@@ -106,18 +119,19 @@ def counterpart(v):
     return None
 
 
-def _hit() -> None:
+def _hit(depth: int = 2) -> None:
+    """Count a decided comparison for the rewritten code ``depth`` frames up (the helper's caller)."""
     torch = sys.modules.get("torch")
     compiler = getattr(torch, "compiler", None)
     if compiler is not None and getattr(compiler, "is_compiling", None) and compiler.is_compiling():
         return
-    frame = sys._getframe(2)
+    frame = sys._getframe(depth)
     key = (id(frame.f_code), frame.f_lasti, HIT_DETAIL)
     if REPORT.seen(key):
         return
     site = (frame.f_code.co_filename, frame.f_lineno)
-    REPORT.event("translated", _sites.get(site, "rewritten comparison"), HIT_DETAIL, site=site, seen_as=key,
-                 code=frame.f_code)
+    REPORT.event("translated", _snippet(frame.f_code, frame.f_lasti, frame.f_lineno), HIT_DETAIL, site=site,
+                 seen_as=key, code=frame.f_code)
 
 
 def eq(a, b):
@@ -216,11 +230,11 @@ def _in_iterator(item, iterator) -> bool:
         if element is item or element == item:
             return True
         if c_item is not None and (element is c_item or element == c_item):
-            _hit()
+            _hit(3)
             return True
         c = counterpart(element)
         if c is not None and (c is item or c == item):
-            _hit()
+            _hit(3)
             return True
     return False
 

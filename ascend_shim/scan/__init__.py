@@ -30,10 +30,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import stat
 import sys
 from typing import Iterable
 
+from ..regular_file import NotRegularFile, read_regular_file
 from .symbols import CATEGORIES, KNOWN_UNSUPPORTED, VERDICTS, symbol_for, target_symbol
 
 SKIP_DIRS = frozenset({".git", "venv", ".venv", "site-packages", "build", "__pycache__", "node_modules", ".tox",
@@ -84,36 +84,6 @@ def iter_python_files(path: str):
         for name in sorted(filenames):
             if name.endswith(".py"):
                 yield os.path.join(dirpath, name)
-
-
-class NotRegularFile(OSError):
-    """A name that is not a regular file (FIFO, socket, device): reading it could block or never end."""
-
-
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
-
-
-def read_regular_file(path: str) -> bytes:
-    """The bytes of ``path`` if it is a regular file (symlinks followed); :class:`NotRegularFile` otherwise.
-
-    Opened non-blocking and checked on the open descriptor, so a FIFO neither blocks the open nor the read,
-    even if it replaced a regular file after the directory was listed.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-            raise NotRegularFile(f"{kind}, not a regular file")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            return fh.read()
-    finally:
-        if fd != -1:
-            os.close(fd)
 
 
 def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str | None = None) -> ScanResult:
@@ -213,10 +183,8 @@ def main(argv=None) -> int:
         sys.stdout.write(output.to_json(result, shown) + "\n")
     elif ns.csv:
         sys.stdout.write(output.to_csv(shown))
-        for path, err in result.errors:
-            print(f"ascend-shim scan: could not parse {path}: {err}", file=sys.stderr)
-        for path, why in result.skipped:
-            print(f"ascend-shim scan: skipped {path}: {why}", file=sys.stderr)
+        for line in output.problem_lines(result):
+            print(f"ascend-shim scan: {line}", file=sys.stderr)
     else:
         sys.stdout.write(output.to_text(result, shown))
     return 1 if result.unsupported else 0

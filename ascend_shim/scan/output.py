@@ -1,10 +1,12 @@
-"""Rendering a scan: the human table, JSON and CSV."""
+"""Rendering a scan: the human table, JSON and CSV. The table and the CSV escape the control characters of what
+they print from the repository (its file names, the source text): :func:`ascend_shim.terminal.printable`."""
 from __future__ import annotations
 
 import csv
 import io
 import json
 
+from ..terminal import printable
 from .symbols import CATEGORIES, VERDICTS
 
 CSV_FIELDS = ("path", "line", "col", "category", "symbol", "verdict", "patches", "text", "reason")
@@ -50,20 +52,21 @@ def to_csv(findings) -> str:
     for f in findings:
         row = f.as_dict()
         row["patches"] = ";".join(row["patches"])
-        w.writerow({k: row[k] for k in CSV_FIELDS})
+        w.writerow({k: printable(row[k]) for k in CSV_FIELDS})
     return buf.getvalue()
 
 
 def to_text(result, findings) -> str:
     lines = []
     if findings:
-        where = [f"{f.path}:{f.line}:{f.col}" for f in findings]
+        where = [f"{printable(f.path)}:{f.line}:{f.col}" for f in findings]
+        symbols = [printable(f.symbol) for f in findings]
         w_where = min(max(len(x) for x in where), 60)
         w_cat = max(len(f.category) for f in findings)
-        w_sym = min(max(len(f.symbol) for f in findings), 48)
-        for loc, f in zip(where, findings):
+        w_sym = min(max(len(s) for s in symbols), 48)
+        for loc, symbol, f in zip(where, symbols, findings):
             extra = f"  [{', '.join(f.patches)}]" if f.patches else (f"  ({f.reason})" if f.reason else "")
-            lines.append(f"{loc:<{w_where}}  {f.category:<{w_cat}}  {f.symbol:<{w_sym}}  {f.verdict}{extra}")
+            lines.append(f"{loc:<{w_where}}  {f.category:<{w_cat}}  {symbol:<{w_sym}}  {f.verdict}{printable(extra)}")
         lines.append("")
     s = summary(findings)
     lines.append(f"{s['findings']} finding(s) in {s['files_with_findings']} file(s); {result.files_scanned} "
@@ -80,8 +83,11 @@ def to_text(result, findings) -> str:
     if not result.patch_sets:
         lines.append("note: no patch set is selected, so nothing counts as covered "
                      "(see `python -m ascend_shim list`)")
-    for path, err in result.errors:
-        lines.append(f"could not parse {path}: {err}")
-    for path, why in result.skipped:
-        lines.append(f"skipped {path}: {why}")
+    lines += problem_lines(result)
     return "\n".join(lines) + "\n"
+
+
+def problem_lines(result) -> list[str]:
+    """One line per file that could not be read or parsed, and per name skipped as not a regular file."""
+    return ([f"could not parse {printable(path)}: {printable(err)}" for path, err in result.errors]
+            + [f"skipped {printable(path)}: {printable(why)}" for path, why in result.skipped])
