@@ -1,0 +1,164 @@
+"""SIGTERM (a preemption) and SIGINT end a job under the shim with every process's report written, and
+otherwise exactly as without the shim: same exit status, the program's own handlers run."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from ascend_shim import exit_signals
+
+WAIT = 240  # seconds a process may take to come up (the emulator's first build, a loaded machine)
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env.update({"OMP_NUM_THREADS": "1"}, **extra)
+    return env
+
+
+def _script(tmp_path, body: str = "") -> str:
+    """Uses the device (so the report has something to say), says it is ready, then waits for a signal."""
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent("""\
+        import os, sys, time
+        import torch
+        x = torch.ones(2, device="cuda") * 2
+        """) + textwrap.dedent(body) + textwrap.dedent("""\
+        rank = os.environ.get("RANK", "main")
+        open(os.path.join(sys.argv[1], f"ready.{rank}"), "w").close()
+        while True:
+            time.sleep(0.05)
+        """))
+    return str(path)
+
+
+def _start(tmp_path, args, **env):
+    return subprocess.Popen([sys.executable, "-m", "ascend_shim", "run", "--simulate", "--report",
+                             str(tmp_path / "r.json"), *args], cwd=tmp_path, env=_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_ready(proc, tmp_path, names):
+    deadline = time.monotonic() + WAIT
+    while not all((tmp_path / f"ready.{n}").exists() for n in names):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"the job did not come up (status {proc.returncode}):\n{err[-4000:]}")
+        time.sleep(0.1)
+
+
+def _end(proc):
+    try:
+        return proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the job did not end after the signal:\n{err[-4000:]}")
+
+
+def _report(path) -> dict:
+    with open(path) as fh:
+        rep = json.load(fh)
+    assert rep["process"]["backend"] == "sim" and rep["patches"], rep
+    return rep
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_writes_the_report_and_the_exit_status_is_unchanged(tmp_path, signum):
+    proc = _start(tmp_path, [_script(tmp_path), str(tmp_path)])
+    _wait_ready(proc, tmp_path, ["main"])
+    proc.send_signal(signum)
+    out, err = _end(proc)
+    assert proc.returncode == -signum, err[-3000:]  # killed by the signal, as python itself would be
+    _report(tmp_path / "r.json")
+    assert "ascend_shim migration report" in err  # the summary, as at a normal exit
+    assert err.count("ascend_shim migration report") == 1
+    assert "ascend_shim/exit_signals.py" not in err  # no shim frame in a KeyboardInterrupt traceback
+
+
+def test_the_programs_own_handler_still_decides(tmp_path):
+    body = """\
+        import signal
+        def stop(signum, frame):
+            print("stopping cleanly", flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, stop)
+        """
+    proc = _start(tmp_path, [_script(tmp_path, body), str(tmp_path)])
+    _wait_ready(proc, tmp_path, ["main"])
+    proc.send_signal(signal.SIGTERM)
+    out, err = _end(proc)
+    assert proc.returncode == 3 and out == "stopping cleanly\n", err[-3000:]
+    _report(tmp_path / "r.json")  # its sys.exit reached atexit
+
+
+def test_a_handler_installed_before_activation_runs_after_the_report_is_written(tmp_path):
+    """``activate()`` called by a program that already handles SIGTERM: the report, then its handler."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""\
+        import os, signal, sys, time
+        report = {str(tmp_path / "r.json")!r}
+        def stop(signum, frame):
+            print("report written before my handler:", os.path.exists(report), flush=True)
+            os._exit(5)  # no atexit: only the signal path can have written it
+        signal.signal(signal.SIGTERM, stop)
+        import ascend_shim
+        ascend_shim.activate("sim", report=report)
+        import torch
+        x = torch.ones(2, device="cuda")
+        open(os.path.join({str(tmp_path)!r}, "ready.main"), "w").close()
+        while True:
+            time.sleep(0.05)
+        """))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_ready(proc, tmp_path, ["main"])
+    proc.send_signal(signal.SIGTERM)
+    out, err = _end(proc)
+    assert proc.returncode == 5 and out == "report written before my handler: True\n", err[-3000:]
+    _report(tmp_path / "r.json")
+
+
+def test_handlers_are_given_back_on_deactivate(clean_shim):
+    before = {s: signal.getsignal(s) for s in exit_signals.SIGNALS}
+    mine = lambda signum, frame: None  # noqa: E731
+    signal.signal(signal.SIGTERM, mine)
+    try:
+        clean_shim.activate("sim", inherit=False)
+        assert signal.getsignal(signal.SIGTERM) is exit_signals._on_signal
+        assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]  # python's own: KeyboardInterrupt
+        clean_shim.deactivate()
+        assert signal.getsignal(signal.SIGTERM) is mine
+        clean_shim.activate("sim", inherit=False)
+        replaced = lambda signum, frame: None  # noqa: E731
+        signal.signal(signal.SIGTERM, replaced)  # the program's later choice stays
+        clean_shim.deactivate()
+        assert signal.getsignal(signal.SIGTERM) is replaced
+    finally:
+        signal.signal(signal.SIGTERM, before[signal.SIGTERM])
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_torchrun_job_leaves_every_ranks_report(tmp_path):
+    proc = _start(tmp_path, ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", _free_port(),
+                             _script(tmp_path), str(tmp_path)])
+    _wait_ready(proc, tmp_path, ["0", "1"])
+    proc.send_signal(signal.SIGTERM)  # to torchrun, which passes it on to its workers
+    out, err = _end(proc)
+    assert proc.returncode != 0, err[-3000:]  # torchrun's own answer to a SIGTERM
+    for rank in (0, 1):
+        rep = _report(tmp_path / f"r.rank{rank}.json")
+        assert rep["process"]["rank"] == rank
