@@ -20,7 +20,7 @@ from .selection import patch_disabled, set_status, validate_ids
 from .config import Config
 from .context import PatchContext
 from .errors import NotNeeded, StrictModeError, TargetMissing
-from .registry import Patch, all_patch_sets
+from .registry import Patch, all_patch_sets, describe_exception
 from .report import REPORT, format_summary, is_root_process, process_rank, report_path_for_process
 
 log = logging.getLogger("ascend_shim")
@@ -104,11 +104,11 @@ def _apply_patch(patch: Patch, config: Config, backend: str) -> list[patching.Ch
         REPORT.record_patch(patch, "skipped", str(exc))
         _fail(config, f"patch {patch.id} skipped: {exc}")
         return []
-    except StrictModeError:
+    except (StrictModeError, KeyboardInterrupt):
         raise
-    except Exception as exc:
+    except BaseException as exc:  # whatever a factory raises, sys.exit() included, is a failed patch
         _run_undos(patch.id, ctx.undos)
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = describe_exception(exc)
         REPORT.record_patch(patch, "failed", reason)
         if config.strict:
             raise StrictModeError(f"patch {patch.id} failed while applying: {reason}") from exc
@@ -124,7 +124,9 @@ def _run_undos(patch_id: str, undos) -> None:
     for undo in reversed(list(undos)):
         try:
             undo()
-        except Exception as exc:  # keep undoing the rest
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # keep undoing the rest
             log.warning("undo of %s failed: %s", patch_id, exc)
 
 
@@ -235,7 +237,10 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         REPORT.sim_layer = layer
         for name, error in ep_errors:
             REPORT.note(f"entry point {name} could not be loaded: {error}")
-            _fail(config, f"patch-set entry point {name} could not be loaded: {error}")
+            if config.strict:
+                _fail(config, f"patch-set entry point {name} could not be loaded: {error}")
+            log.warning("patch-set entry point %s could not be loaded (skipped; the program goes on): %s", name,
+                        error)
         _state.config, _state.backend = config, chosen
         _state.device_backend, _state.layer = device_backend, layer
         _state.generation += 1

@@ -187,9 +187,17 @@ def entry_point_patch_sets() -> tuple[list[PatchSet], list[tuple[str, str]]]:
             for s in _sets_from(ep.load(), f"entry point {ep.name}"):
                 s.source = f"entry point {ep.name} ({ep.value})"
                 sets.append(s)
-        except Exception as exc:  # a third party must not break the user's program
-            errors.append((ep.name, f"{type(exc).__name__}: {exc}"))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a third party must not end the user's program, whatever it raises (sys.exit)
+            errors.append((ep.name, describe_exception(exc)))
     return sets, errors
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``SystemExit: 3``; the type alone when the exception says nothing (``sys.exit()``)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _entry_points(group: str) -> list:
@@ -217,9 +225,11 @@ def user_patch_sets(modules: Iterable[str]) -> list[PatchSet]:
             module = importlib.import_module(name)
         except ImportError as exc:
             raise ConfigError(f"ASCEND_SHIM_PATCH_MODULES: cannot import {name!r}: {exc}") from exc
-        except Exception as exc:  # a syntax error, or the module raised while importing
-            raise ConfigError(f"ASCEND_SHIM_PATCH_MODULES: cannot import {name!r}: {type(exc).__name__}: "
-                              f"{exc}") from exc
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a syntax error, or the module raised (or called sys.exit) while importing
+            raise ConfigError(f"ASCEND_SHIM_PATCH_MODULES: cannot import {name!r}: "
+                              f"{describe_exception(exc)}") from exc
         try:
             found = _sets_from(module, name)
         except TypeError as exc:  # no PATCH_SETS, or not patch sets
