@@ -47,10 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a script / -m module / launcher under the shim",
-                         usage="ascend-shim run [options] (script.py | -m module | program) [args ...]")
+                         usage="ascend-shim run [options] (script.py | -m module | - | program) [args ...]")
     _add_toggle_options(run)
     run.add_argument("-m", dest="module", help="run a module as __main__ (like python -m); the rest is its argv")
-    run.add_argument("target", nargs="*", help="script.py or program, then its arguments")
+    run.add_argument("target", nargs="*", help="script.py, - (the script on standard input) or program, then its "
+                                               "arguments")
 
     lst = sub.add_parser("list", help="patch sets and patches with metadata and status here")
     _add_toggle_options(lst)
@@ -149,6 +150,8 @@ def _cmd_run(ns, parser) -> int:
             activation.set_summary_printing(False)
         return _run_program(lambda: entry.run_module(ns.module, [ns.module] + ns.target))
     target, args = ns.target[0], ns.target[1:]
+    if target == "-":  # the program on standard input, as `python -`
+        return _run_program(lambda: entry.run_stdin([target] + args, own_path0=entry.cli_owns_path0()))
     if os.path.isdir(target) or (os.path.isfile(target) and zipfile.is_zipfile(target)):
         return _run_program(lambda: entry.run_directory(target, [target] + args))
     if os.path.isfile(target):
@@ -191,6 +194,14 @@ def _run_program(fn) -> int:
             return code
         print(code, file=sys.stderr)
         return 1
+    except SyntaxError as exc:  # shown by sys.excepthook as Python shows it (no frame of the shim), status 1
+        from .entry import reached_main
+
+        if not reached_main(exc):  # the main program does not compile: nothing of it ran, nothing to sum up
+            from .activation import set_summary_printing
+
+            set_summary_printing(False)
+        raise
     except ProgramNotFound as exc:  # python: "<python>: No module named x", status 1
         from .activation import set_summary_printing
 

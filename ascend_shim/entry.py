@@ -24,6 +24,7 @@ import os
 import runpy
 import sys
 import threading
+import types
 from types import ModuleType
 
 _main_codes: set[int] = set()  # ids of the code objects run as __main__ (their frames start user tracebacks)
@@ -50,7 +51,8 @@ def user_traceback(exc: BaseException):
     while first is not None and id(first.tb_frame.f_code) not in _main_codes:
         first = first.tb_next
     if first is None:
-        return tb
+        # the main program itself does not compile: Python shows no frame of whatever was compiling it
+        return _without_shim_frames(tb) if isinstance(exc, SyntaxError) else tb
     from .errors import ShimError
 
     if isinstance(exc, ShimError):  # raised on purpose by the shim for the user's call: end at that call
@@ -69,6 +71,23 @@ def _walk(tb):
     while tb is not None:
         yield tb
         tb = tb.tb_next
+
+
+def reached_main(exc: BaseException) -> bool:
+    """Did ``exc`` pass through the user's main program (or was it raised before any of it ran)?"""
+    return any(id(t.tb_frame.f_code) in _main_codes for t in _walk(exc.__traceback__))
+
+
+def _without_shim_frames(tb):
+    """``tb`` from the first frame of the shim on, without the shim's frames (what runpy and the import system
+    did for ``-m``, as Python shows it; nothing when the shim compiled the file itself)."""
+    frames = list(_walk(tb))
+    firsts = [i for i, t in enumerate(frames) if _is_shim_frame(t.tb_frame)]
+    kept = [t for t in frames[firsts[0]:] if not _is_shim_frame(t.tb_frame)] if firsts else frames
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
 
 
 def _excepthook(etype, value, tb):
@@ -163,12 +182,36 @@ def run_file(path: str, argv: list[str] | None = None, *, own_path0: bool = True
     if argv is not None:
         sys.argv[:] = argv
     abspath = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    _install_excepthook()  # before compiling: a SyntaxError of the script is shown as Python shows it
     code = _main_code(abspath)
     _set_path0(os.path.dirname(os.path.realpath(abspath)), own_path0)
     module = _fresh_main(__name__="__main__", __doc__=None, __package__=None, __spec__=None, __file__=abspath,
                          __cached__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", abspath))
     _mark_main(code)
     _install_excepthook()
+    exec(code, module.__dict__)
+
+
+def run_stdin(argv: list[str] | None = None, *, own_path0: bool = True) -> None:
+    """``python - [args]``: the program is read from standard input (``__file__`` and its code's file name
+    ``<stdin>``, ``sys.path[0]`` ``''``: the working directory); it is the user's code, rewritten as a script is."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise ProgramNotFound("-: standard input is a terminal; pipe the program in (e.g. `... run - < train.py`)")
+    if argv is not None:
+        sys.argv[:] = argv
+    _install_excepthook()
+    source = sys.stdin.buffer.read()
+    from . import rewrite
+
+    if rewrite.is_installed():
+        code, sites = rewrite.rewrite_source(source, "<stdin>")
+        rewrite.report_sites(sites)
+    else:
+        code = compile(source, "<stdin>", "exec", dont_inherit=True)
+    _set_path0("", own_path0)
+    module = _fresh_main(__name__="__main__", __doc__=None, __package__=None, __spec__=None, __file__="<stdin>",
+                         __cached__=None, __loader__=importlib.machinery.BuiltinImporter)
+    _mark_main(code)
     exec(code, module.__dict__)
 
 
@@ -187,6 +230,7 @@ def run_module(name: str, argv: list[str] | None = None) -> None:
     if argv is not None:
         sys.argv[:] = argv
     _set_path0(os.getcwd(), cli_owns_path0())
+    _install_excepthook()
     mod_name, spec, code = runpy._get_module_details(name, ProgramNotFound)
     sys.argv[0] = spec.origin
     _run_spec(mod_name, spec, code)
@@ -201,6 +245,7 @@ def run_directory(path: str, argv: list[str] | None = None) -> None:
         sys.path[0] = path
     else:
         sys.path.insert(0, path)
+    _install_excepthook()
     mod_name, spec, code = runpy._get_main_module_details(ProgramNotFound)
     _run_spec(mod_name, spec, code)
 
