@@ -12,8 +12,12 @@ without importing (it needs CANN):
 * ``torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml``: the schemas of the fused ops, parsed with
   ``torch._C.parse_schema`` (argument names, order, types, defaults, keyword-only, return count);
 * ``torch_npu/optim/npu_fused_adamw.py``: ``NpuFusedAdamW.__init__``'s signature (AST);
+* the Python signatures of ``torch_npu.npu``'s public functions and classes, and of the ``torch_npu.npu.memory``
+  functions the patches map onto (AST, imports followed to the defining module);
 
-and writes the small manifest (the wheels are deleted afterwards).
+and writes the small manifest (the wheels are deleted afterwards). It also writes the schemas of the ops the
+emulator implements, per release line, into ``ascend_shim/sim/ops/npu_schemas.json``: the builtin layer defines
+``torch.ops.npu`` from them (schema strings only, data about the API).
 """
 from __future__ import annotations
 
@@ -35,7 +39,11 @@ OPS = ("npu_fusion_attention", "npu_fusion_attention_grad", "npu_prompt_flash_at
 SCHEMA_FILE = "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml"
 NPU_INIT = "torch_npu/npu/__init__.py"
 ADAMW_FILE = "torch_npu/optim/npu_fused_adamw.py"
-MANIFEST = Path(__file__).resolve().parent.parent / "tests" / "contract" / "torch_npu_manifest.json"
+MEMORY_FILE = "torch_npu/npu/memory.py"
+MEMORY_NAMES = ("_record_memory_history", "_snapshot", "_dump_snapshot")
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ROOT / "tests" / "contract" / "torch_npu_manifest.json"
+SCHEMAS = ROOT / "ascend_shim" / "sim" / "ops" / "npu_schemas.json"
 
 
 def version_key(version: str) -> tuple:
@@ -118,17 +126,105 @@ def _schema_entry(func: str) -> dict:
     return {"args": args, "returns": len(schema.returns)}
 
 
-def op_signatures(zf: zipfile.ZipFile) -> dict:
+def op_schemas(zf: zipfile.ZipFile, names) -> dict[str, str]:
+    """The schema strings of ``names`` (``op`` or ``op.overload``) as torch_npu's build registers them: the
+    ``custom:`` entry, replaced by the ``symint:`` entry of the same name where there is one."""
     import yaml
 
     data = yaml.safe_load(zf.read(SCHEMA_FILE).decode())
-    ops = {}
+    symint = {}
+    for entry in data.get("symint") or []:
+        func = entry if isinstance(entry, str) else entry.get("func", "")
+        if "(" in func:
+            symint[func.split("(")[0]] = func
+    found = {}
     for entry in data.get("custom") or []:
         func = entry.get("func", "") if isinstance(entry, dict) else ""
         name = func.split("(")[0]
-        if name in OPS and name not in ops:
-            ops[name] = _schema_entry(func)
-    return ops
+        if name in names and name not in found:
+            found[name] = symint.get(name, func)
+    return found
+
+
+def op_signatures(zf: zipfile.ZipFile) -> dict:
+    return {name: _schema_entry(func) for name, func in op_schemas(zf, OPS).items()}
+
+
+def _parameters(fn: ast.FunctionDef, drop_first: bool = False) -> list:
+    """[name, kind, default (source text) or null] per parameter; kind: posonly, pos, varargs, kw, varkw."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    params = [[arg.arg, "posonly" if i < len(a.posonlyargs) else "pos", None if d is None else ast.unparse(d)]
+              for i, (arg, d) in enumerate(zip(positional, defaults))]
+    if a.vararg:
+        params.append([a.vararg.arg, "varargs", None])
+    params += [[arg.arg, "kw", None if d is None else ast.unparse(d)] for arg, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg:
+        params.append([a.kwarg.arg, "varkw", None])
+    return params[1:] if drop_first else params
+
+
+def _callable_entry(node) -> dict | None:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return {"kind": "function", "params": _parameters(node)}
+    if isinstance(node, ast.ClassDef):
+        for method in ("__new__", "__init__"):  # what a call of the class binds its arguments to
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return {"kind": "class", "method": method, "params": _parameters(item, drop_first=True)}
+        return {"kind": "class", "method": None, "params": None}
+    return None
+
+
+def _resolve(zf: zipfile.ZipFile, path: str, name: str, depth: int = 0) -> dict | None:
+    """The function or class ``name`` is bound to at the end of module ``path`` (its last top-level binding:
+    a def, ``name = other``, or a relative import followed to its module), or None when it is not Python."""
+    if depth > 8 or path not in zf.namelist():
+        return None
+    binding = None
+    for node in ast.parse(zf.read(path).decode()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            binding = ("node", node)
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id == name):
+            binding = ("alias", node.value.id) if isinstance(node.value, ast.Name) else None
+        elif isinstance(node, ast.ImportFrom) and node.level >= 1:
+            base = path.rsplit("/", 1)[0]
+            for _ in range(node.level - 1):
+                base = base.rsplit("/", 1)[0]
+            module = "/".join([base, *node.module.split(".")]) if node.module else base
+            for alias in node.names:
+                if alias.name == "*" or (alias.asname or alias.name) == name:
+                    source = name if alias.name == "*" else alias.name
+                    for candidate in (module + ".py", module + "/__init__.py"):
+                        found = _resolve(zf, candidate, source, depth + 1)
+                        if found is not None:
+                            binding = ("found", found)
+                            break
+                    else:
+                        if alias.name != "*":
+                            binding = None
+    if binding is None:
+        return None
+    kind, value = binding
+    if kind == "alias":
+        return _resolve(zf, path, value, depth + 1)
+    return value if kind == "found" else _callable_entry(value)
+
+
+def npu_signatures(zf: zipfile.ZipFile, npu_all: list[str]) -> dict:
+    """Python signatures of ``torch_npu.npu``'s public names and of the memory-history functions."""
+    found = {}
+    for name in npu_all:
+        entry = _resolve(zf, NPU_INIT, name)
+        if entry is not None:
+            found[name] = entry
+    for name in MEMORY_NAMES:
+        entry = _resolve(zf, MEMORY_FILE, name)
+        if entry is not None:
+            found[f"memory.{name}"] = entry
+    return found
 
 
 def adamw_signature(zf: zipfile.ZipFile) -> dict:
@@ -149,7 +245,14 @@ def extract(wheel: Path) -> dict:
     with zipfile.ZipFile(wheel) as zf:
         npu_all, bound = module_names(zf)
         return {"npu_all": npu_all, "npu_names": bound, "ops": op_signatures(zf),
-                "NpuFusedAdamW": adamw_signature(zf)}
+                "NpuFusedAdamW": adamw_signature(zf), "npu_signatures": npu_signatures(zf, npu_all)}
+
+
+def emulated_schemas(wheel: Path) -> dict[str, str]:
+    from ascend_shim.sim.ops.library import OPS as EMULATED
+
+    with zipfile.ZipFile(wheel) as zf:
+        return op_schemas(zf, EMULATED)
 
 
 def dump(manifest: dict) -> str:
@@ -170,11 +273,29 @@ def dump(manifest: dict) -> str:
             lines += [f"     {inline(arg)}," for arg in sig["args"][:-1]] + [f"     {inline(sig['args'][-1])}]}}"
                                                                           + ("," if j < len(ops) - 1 else "")]
         lines.append("   },")
-        lines.append(f'   "NpuFusedAdamW": {inline(rel["NpuFusedAdamW"])}')
+        lines.append(f'   "NpuFusedAdamW": {inline(rel["NpuFusedAdamW"])},')
+        lines.append('   "npu_signatures": {')
+        sigs = list(rel["npu_signatures"].items())
+        lines += [f'    "{name}": {inline(sig)}' + ("," if k < len(sigs) - 1 else "") for k, (name, sig) in enumerate(sigs)]
+        lines.append("   }")
         lines.append("  }" + ("," if i < len(releases) - 1 else ""))
     lines += [" }", "}"]
     text = "\n".join(lines) + "\n"
     assert json.loads(text) == json.loads(json.dumps(manifest))
+    return text
+
+
+def dump_schemas(by_line: dict) -> str:
+    """One line per schema: small, and readable in a diff."""
+    lines = ["{", ' "source": "the custom (and symint) entries of torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml '
+                  'in each release line\'s newest wheel; written by tools/torch_npu_contract.py",', ' "lines": {']
+    for i, (line_, entry) in enumerate(by_line.items()):
+        lines.append(f'  "{line_}": {{"release": "{entry["release"]}", "schemas": [')
+        lines += [f"   {json.dumps(schema)}," for schema in entry["schemas"][:-1]]
+        lines.append(f"   {json.dumps(entry['schemas'][-1])}]}}" + ("," if i < len(by_line) - 1 else ""))
+    lines += [" }", "}"]
+    text = "\n".join(lines) + "\n"
+    json.loads(text)
     return text
 
 
@@ -183,16 +304,18 @@ def main(argv=None) -> int:
     parser.add_argument("--versions", nargs="*", help="explicit torch-npu versions (default: newest of each line)")
     parser.add_argument("--keep", type=Path, help="keep (and reuse) the wheels in this directory")
     parser.add_argument("--out", type=Path, default=MANIFEST)
+    parser.add_argument("--schemas-out", type=Path, default=SCHEMAS)
     args = parser.parse_args(argv)
     versions = args.versions or newest_per_line(available_versions())
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="torch_npu_wheels_"))
     workdir.mkdir(parents=True, exist_ok=True)
-    releases = {}
+    releases, schemas = {}, {}
     try:
         for version in versions:
             found = list(workdir.glob(f"torch_npu-{version}-*.whl"))
             wheel = found[0] if found else download(version, workdir)
             releases[version] = extract(wheel)
+            schemas[version] = emulated_schemas(wheel)
             print(f"{version}: {len(releases[version]['npu_all'])} names in torch_npu.npu.__all__, "
                   f"{len(releases[version]['ops'])} ops")
     finally:
@@ -203,6 +326,12 @@ def main(argv=None) -> int:
                 "releases": dict(sorted(releases.items(), key=lambda kv: version_key(kv[0])))}
     args.out.write_text(dump(manifest))
     print(f"wrote {args.out}")
+    by_line = {}
+    for version in sorted(schemas, key=version_key):
+        line_ = ".".join(re.findall(r"\d+", version)[:2])
+        by_line[line_] = {"release": version, "schemas": [schemas[version][name] for name in sorted(schemas[version])]}
+    args.schemas_out.write_text(dump_schemas(by_line))
+    print(f"wrote {args.schemas_out}")
     return 0
 
 

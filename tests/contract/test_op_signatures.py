@@ -1,5 +1,6 @@
-"""The emulated fused ops have the real signatures (names, order, defaults, keyword-only, return arity), and
-what changed between release lines follows the emulated line."""
+"""The emulated fused ops have the real signatures (names, order, types, defaults, keyword-only, return arity):
+the ``torch.ops.npu`` operators (``torch_npu.<op>``) and the emulator's kernels behind them; what changed between
+release lines follows the emulated line, and the schemas shipped per line are the wheels'."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 import torch_npu
-from ascend_shim.sim.ops import _release
+from ascend_shim.sim import ops as kernels
+from ascend_shim.sim.ops import _release, library
 
 from .conftest import line
 
@@ -34,9 +36,30 @@ OPS = ("npu_fusion_attention", "npu_fusion_attention_grad", "npu_prompt_flash_at
        "npu_fused_infer_attention_score", "npu_rotary_mul", "npu_rms_norm", "npu_swiglu")
 
 
+def _schema_args(schema):
+    return [[a.name, str(a.type), repr(a.default_value) if a.has_default_value() else None, bool(a.kwarg_only)]
+            for a in schema.arguments]
+
+
 @pytest.mark.parametrize("op", OPS)
-def test_argument_names_order_defaults_and_keyword_only(paired, op):
-    emulated, real = _emulated_args(getattr(torch_npu, op)), _real_args(paired["ops"][op])
+def test_the_operator_has_the_paired_release_s_schema(paired, op):
+    assert getattr(torch_npu, op) is getattr(torch.ops.npu, op)
+    schema = getattr(torch.ops.npu, op).default._schema
+    assert _schema_args(schema) == paired["ops"][op]["args"]
+    assert len(schema.returns) == paired["ops"][op]["returns"]
+
+
+def test_the_shipped_schemas_of_every_line_are_the_wheels(releases):
+    for version, rel in releases.items():
+        shipped = {s.split("(", 1)[0]: torch._C.parse_schema("npu::" + s) for s in library.release_schemas(line(version))}
+        for op in OPS:
+            assert _schema_args(shipped[op]) == rel["ops"][op]["args"], (version, op)
+            assert len(shipped[op].returns) == rel["ops"][op]["returns"], (version, op)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_kernel_takes_the_schema_s_arguments(paired, op):
+    emulated, real = _emulated_args(getattr(kernels, op)), _real_args(paired["ops"][op])
     assert [a[0] for a in emulated] == [a[0] for a in real]
     for mine, theirs in zip(emulated, real):
         assert mine[2] == theirs[2], (op, mine, theirs)
@@ -60,24 +83,25 @@ def _arity(result) -> int:
     return len(result) if isinstance(result, tuple) else 1
 
 
-def _calls():
+def _calls(ops=torch_npu):
+    """One call of each op through ``ops``: torch_npu (the operators), or the kernels themselves."""
     q, k, v = _inputs()
-    fa = torch_npu.npu_fusion_attention(q, k, v, 2, "BNSD", scale=0.25)
+    fa = ops.npu_fusion_attention(q, k, v, 2, "BNSD", scale=0.25)
     x = torch.randn(1, 4, 2, 16, dtype=torch.float16, device="npu")
     cos = torch.randn(1, 4, 1, 16, dtype=torch.float16, device="npu")
     return {
         "npu_fusion_attention": fa,
-        "npu_fusion_attention_grad": torch_npu.npu_fusion_attention_grad(
+        "npu_fusion_attention_grad": ops.npu_fusion_attention_grad(
             q, k, v, fa[0], 2, "BNSD", softmax_max=fa[1], softmax_sum=fa[2], attention_in=fa[0], scale_value=0.25),
-        "npu_prompt_flash_attention": torch_npu.npu_prompt_flash_attention(q, k, v, num_heads=2, input_layout="BNSD",
-                                                                           scale_value=0.25),
-        "npu_incre_flash_attention": torch_npu.npu_incre_flash_attention(q[:, :, :1], k, v, num_heads=2,
-                                                                         input_layout="BNSD", scale_value=0.25),
-        "npu_fused_infer_attention_score": torch_npu.npu_fused_infer_attention_score(
+        "npu_prompt_flash_attention": ops.npu_prompt_flash_attention(q, k, v, num_heads=2, input_layout="BNSD",
+                                                                     scale_value=0.25),
+        "npu_incre_flash_attention": ops.npu_incre_flash_attention(q[:, :, :1], k, v, num_heads=2,
+                                                                   input_layout="BNSD", scale_value=0.25),
+        "npu_fused_infer_attention_score": ops.npu_fused_infer_attention_score(
             q, k, v, num_heads=2, input_layout="BNSD", scale=0.25),
-        "npu_rotary_mul": torch_npu.npu_rotary_mul(x, cos, cos),
-        "npu_rms_norm": torch_npu.npu_rms_norm(x, torch.ones(16, dtype=torch.float16, device="npu")),
-        "npu_swiglu": torch_npu.npu_swiglu(x),
+        "npu_rotary_mul": ops.npu_rotary_mul(x, cos, cos),
+        "npu_rms_norm": ops.npu_rms_norm(x, torch.ones(16, dtype=torch.float16, device="npu")),
+        "npu_swiglu": ops.npu_swiglu(x),
     }
 
 
@@ -94,9 +118,10 @@ def emulate_line(monkeypatch):
 
 
 def test_every_release_line_gets_its_return_arity(releases, emulate_line):
+    # the kernels directly: the operators carry the paired line's schemas (another line is another namespace)
     for version, rel in releases.items():
         emulate_line(version)
-        for op, result in _calls().items():
+        for op, result in _calls(kernels).items():
             assert _arity(result) == rel["ops"][op]["returns"], (version, op)
 
 

@@ -1,7 +1,9 @@
 """Emulated torch_npu fused ops for the sim backend.
 
-Every name in ``__all__`` is re-exported by the emulated ``torch_npu`` package as ``torch_npu.<name>``;
-``torch_npu.optim.NpuFusedAdamW`` is :class:`ascend_shim.sim.ops.optim.NpuFusedAdamW`.
+Every name in ``__all__`` is the kernel of the ``torch.ops.npu`` operator of that name (:mod:`.library` registers
+them, with their backward ops, at the NPU's dispatch keys); the emulated ``torch_npu`` exports the operators, as
+torch_npu does: ``torch_npu.<name> is torch.ops.npu.<name>``. ``torch_npu.optim.NpuFusedAdamW`` is
+:class:`ascend_shim.sim.ops.optim.NpuFusedAdamW`.
 
 The public functions accept npu tensors only (a host tensor is rejected as the real NPU-only ops reject it), then
 validate every documented restriction (dtypes, head dims, head ratios, mask shapes, unsupported modes) and compute

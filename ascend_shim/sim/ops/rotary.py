@@ -6,7 +6,8 @@ full-width cos/sin) and ``rotate(x)[2i] = -x[2i+1], rotate(x)[2i+1] = x[2i]`` fo
 instead of silently returning the rotary_mode gradient the hardware's derivative formula would produce).
 ``input`` is 4-D, D even and < 896; ``r1``/``r2`` broadcast over the documented shapes (BNSD: 11SD/B1SD/BNSD,
 BSND: 1S1D/BS1D/BSND, SBND: S11D/SB1D/SBND; interleave only 11SD/1S1D/S11D). Math in fp32, output in the input
-dtype; autograd gives input, r1 and r2 gradients (npu_rotary_mul_backward).
+dtype; autograd gives input, r1 and r2 gradients (``npu_rotary_mul_backward(grad, input, r1, r2, rotary_mode)
+-> (dx, dr1, dr2)``, the backward op the autograd calls on the NPU).
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from ._attention_core import reduce_to
 from ._common import check, check_float_dtypes, check_npu, record
 
 OP = "npu_rotary_mul"
+OP_BACKWARD = "npu_rotary_mul_backward"
+NO_BACKWARD_WITH_ROTATE = (f"{OP}: backward is not supported when 'rotate' is given (documented: 输入rotate参数时"
+                           f"不支持反向传播)")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -75,17 +79,17 @@ class _RotaryMul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         if ctx.has_rotate:
-            raise RuntimeError(f"{OP}: backward is not supported when 'rotate' is given (documented: 输入rotate参数时"
-                               f"不支持反向传播)")
+            raise RuntimeError(NO_BACKWARD_WITH_ROTATE)
         x, r1, r2 = ctx.saved_tensors
-        gf, xf = g.float(), x.float()
-        dx = gf * r1.float() + _rot_t(gf * r2.float(), ctx.mode)
-        dr1 = dr2 = None
-        if ctx.needs_input_grad[1]:
-            dr1 = reduce_to(gf * xf, r1.shape).to(r1.dtype)
-        if ctx.needs_input_grad[2]:
-            dr2 = reduce_to(gf * _rot(xf, ctx.mode), r2.shape).to(r2.dtype)
-        return dx.to(x.dtype), dr1, dr2, None, None
+        return (*_grads(g, x, r1, r2, ctx.mode, ctx.needs_input_grad[1], ctx.needs_input_grad[2]), None, None)
+
+
+def _grads(g, x, r1, r2, mode, need_dr1=True, need_dr2=True):
+    gf, xf = g.float(), x.float()
+    dx = gf * r1.float() + _rot_t(gf * r2.float(), mode)
+    dr1 = reduce_to(gf * xf, r1.shape).to(r1.dtype) if need_dr1 else None
+    dr2 = reduce_to(gf * _rot(xf, mode), r2.shape).to(r2.dtype) if need_dr2 else None
+    return dx.to(x.dtype), dr1, dr2
 
 
 def npu_rotary_mul(input, r1, r2, rotary_mode='half', rotate=None):  # noqa: A002 - torch_npu's name
@@ -98,3 +102,13 @@ def npu_rotary_mul(input, r1, r2, rotary_mode='half', rotate=None):  # noqa: A00
 def _npu_rotary_mul(input, r1, r2, rotary_mode='half', rotate=None):  # noqa: A002
     _validate(input, r1, r2, rotary_mode, rotate)
     return _RotaryMul.apply(input, r1, r2, rotary_mode, rotate)
+
+
+def npu_rotary_mul_backward(grad, input, r1, r2, rotary_mode='half'):  # noqa: A002 - torch_npu's name
+    """``(dx, dr1, dr2)`` of ``npu_rotary_mul`` (without a ``rotate`` matrix)."""
+    record(OP_BACKWARD)
+    check_npu(OP_BACKWARD, grad=grad, input=input, r1=r1, r2=r2)
+    _validate(input, r1, r2, rotary_mode, None)
+    check(tuple(grad.shape) == tuple(input.shape) and grad.dtype == input.dtype, OP_BACKWARD,
+          f"grad must have the input's shape {list(input.shape)} and dtype, but got {list(grad.shape)}")
+    return _grads(grad, input, r1, r2, rotary_mode)

@@ -1,16 +1,49 @@
 """The emulated ``torch_npu`` package: what ``import torch_npu`` returns while the sim backend is active.
 
-Importing it installs the emulator. ``torch_npu.npu`` is ``torch.npu``; the fused ops (``npu_fusion_attention``
-...) and ``torch_npu.optim`` come from :mod:`ascend_shim.sim.ops` when that package is present.
+Importing it installs the emulator. ``torch_npu.npu`` is ``torch.npu``; ``torch_npu.optim`` comes from
+:mod:`ascend_shim.sim.ops` when that package is present, and so do the fused ops: ``torch.ops.npu.<op>``
+operators (:mod:`ascend_shim.sim.ops.library`) exported as torch_npu exports its ops, ``torch_npu.<op> is
+torch.ops.npu.<op>``, and ``torch.<op>`` raises torch_npu's deprecation error naming ``torch_npu.<op>``.
 """
+import functools
+
+import torch
+
 from ascend_shim import sim as _sim
 
 _sim.install()
 
 from . import npu  # noqa: E402
 from . import optim  # noqa: E402
+from .utils._error_code import ErrCode as _ErrCode, pta_error as _pta_error  # noqa: E402
 
 __version__ = _sim.torch_base_version()
+__all__ = []
+# the emulated ops torch_npu lists in its __all__ (its public-function list, the same in every release line)
+_PUBLIC_OPS = ("npu_fusion_attention", "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_rotary_mul",
+               "npu_rms_norm", "npu_swiglu")
+
+
+def _deprecated_torch_alias(packet):
+    """``torch.<op>``: kept by torch_npu for old callers, raising with the name to use instead."""
+    @functools.wraps(packet)
+    def wrapper(*args, **kwargs):
+        raise RuntimeError(f"torch.{packet.__name__} is deprecated and will be removed in future version. "
+                           f"Use torch_npu.{packet.__name__} instead." + _pta_error(_ErrCode.NOT_SUPPORT))
+
+    return wrapper
+
+
+def _export_ops() -> None:
+    from ascend_shim.sim.ops import library
+
+    for name in library.install():
+        packet = getattr(torch.ops.npu, name)
+        globals()[name] = packet
+        if name in _PUBLIC_OPS:
+            __all__.append(name)
+        setattr(torch, name, _deprecated_torch_alias(packet))
+
 
 try:
     from ascend_shim.sim import ops as _ops
@@ -18,4 +51,4 @@ except ModuleNotFoundError as _exc:
     if _exc.name != "ascend_shim.sim.ops":
         raise
 else:
-    from ascend_shim.sim.ops import *  # noqa: E402,F401,F403
+    _export_ops()
