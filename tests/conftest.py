@@ -4,9 +4,14 @@ import sys
 
 import pytest
 
+#: The torch_npu Python the emulated NPU runs under in this test run, in-process and in the processes tests
+#: start: ``builtin`` (the emulator's own, the default) or ``real`` (Huawei's, prepared by fetch-torch-npu:
+#: ``ASCEND_SHIM_SIM_LAYER=real python -m pytest ...`` runs the real-layer lane).
+LAYER = os.environ.get("ASCEND_SHIM_SIM_LAYER", "builtin")
 # A test run must never pick up activation from the environment it was started in.
 for _var in [v for v in os.environ if v.startswith("ASCEND_SHIM")]:
     del os.environ[_var]
+os.environ["ASCEND_SHIM_SIM_LAYER"] = LAYER
 
 
 import ascend_shim.sim
@@ -14,7 +19,18 @@ from ascend_shim import activation as _activation
 
 # Bring the emulated NPU up before any test runs autograd: torch sizes its per-device autograd queues at the
 # first backward(), so a device registered later could not run backward in this process.
-ascend_shim.sim.install()
+if LAYER == "real":
+    from ascend_shim import backend as _backend
+    from ascend_shim.real_layer import find_prepared
+
+    if find_prepared() is None:
+        raise pytest.UsageError("ASCEND_SHIM_SIM_LAYER=real: prepare Huawei's torch_npu first "
+                                "(python -m ascend_shim fetch-torch-npu)")
+
+    _backend.prepare("sim", "real")
+    _backend.bring_up("sim", "real")
+else:
+    ascend_shim.sim.install()
 
 _activation.set_summary_printing(False)  # the exit summary is for users, not for the test runner's output
 

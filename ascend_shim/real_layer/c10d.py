@@ -38,6 +38,7 @@ def process_group_class():
 
     class ProcessGroupHCCL(base):
         __module__ = "torch_npu._C._distributed_c10d"
+        __qualname__ = "ProcessGroupHCCL"
 
         def __init__(self, store, rank, size, options=None):
             options = options if options is not None else Options()

@@ -60,7 +60,21 @@ def define_and_register(schemas: list[str] | None = None) -> list[str]:
     _libraries.extend([definitions, kernels])
     from ..sim.ops import library
 
-    library.register_kernels(kernels)
+    emulated = set(library.register_kernels(kernels))
     for name, fn in HELPERS.items():
         kernels.impl(name, fn, "PrivateUse1")
+        emulated.add(name)
+    for name in sorted({schema.split("(", 1)[0] for schema in schemas}):
+        if name.split(".", 1)[0] not in emulated:
+            kernels.impl(name, _not_emulated(name), "PrivateUse1")
     return refused
+
+
+def _not_emulated(name: str):
+    def kernel(*args, **kwargs):
+        from .native import NotEmulatedError
+
+        raise NotEmulatedError(f"torch.ops.npu.{name} is not emulated: the emulated NPU implements the fused "
+                               f"attention, rotary, RMSNorm and SwiGLU ops and torch_npu's storage helpers; run "
+                               f"this op on an Ascend machine")
+    return kernel

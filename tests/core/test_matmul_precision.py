@@ -42,10 +42,10 @@ def test_fp32_precision_attribute_drives_hf32(clean_shim):
 
 
 def test_scaled_mm_passes_through_where_torch_npu_registers_it(clean_shim):
-    import torch_npu  # the emulated release is paired with torch: 2.13 registers torch._scaled_mm
-
     original = torch._scaled_mm
     clean_shim.activate("sim")
+    import torch_npu  # the emulated release is paired with torch: 2.13 registers torch._scaled_mm
+
     assert torch_npu.__version__.startswith("2.13")
     assert torch._scaled_mm is original and not patching.is_patched("torch._scaled_mm")
     assert REPORT.patches["torch_features.torch._scaled_mm"]["status"] == "not-needed"

@@ -40,7 +40,7 @@ if __name__ == "__main__":
 
 
 def run_cli(args, cwd, env=None, timeout=300):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "ascend_shim", *args], cwd=cwd, env=full,
                           capture_output=True, text=True, timeout=timeout)
@@ -179,7 +179,7 @@ def test_activating_inside_a_program_leaves_the_collector_alone():
     """Only a process the shim starts is settled: a program that calls activate() itself keeps its collector."""
     code = ("import gc, ascend_shim; ascend_shim.activate(backend='sim', inherit=False); "
             "print(gc.get_freeze_count())")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     proc = subprocess.run([sys.executable, "-c", code], env=dict(env, ASCEND_SHIM_LOG="off"), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

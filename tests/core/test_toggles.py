@@ -135,7 +135,7 @@ def test_config_round_trips_through_the_environment():
 
 
 def _cli(*args, env=None, cwd=None, timeout=120):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "ascend_shim", *args], capture_output=True, text=True,
                           env=full, cwd=cwd, timeout=timeout)

@@ -16,7 +16,7 @@ FIXTURE = os.path.join(HERE, "areal_like")
 
 
 def run_fixture(*extra, env_extra=None, args=()):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_SHIM", "ASCEND_RT", "CUDA_VISIBLE"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_SHIM", "ASCEND_RT", "CUDA_VISIBLE")) or k == "ASCEND_SHIM_SIM_LAYER"}
     env["PYTHONPATH"] = FIXTURE
     env.update(env_extra or {})
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", *extra,

@@ -22,7 +22,8 @@ FA3 = "ascend_shim.providers.flash_attn.fa3"
 
 def _env(**extra):
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ASCEND_SHIM", "NANOCHAT_", "PYTORCH_", "TORCHDYNAMO", "RANK", "WORLD_SIZE"))}
+           if not k.startswith(("ASCEND_SHIM", "NANOCHAT_", "PYTORCH_", "TORCHDYNAMO", "RANK", "WORLD_SIZE"))
+           or k == "ASCEND_SHIM_SIM_LAYER"}
     env.pop("PYTHONPATH", None)
     env.update({k: v for k, v in extra.items() if v is not None})
     return env

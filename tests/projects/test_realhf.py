@@ -14,7 +14,7 @@ FIXTURE = os.path.join(HERE, "realhf_like")
 
 
 def run_fixture(*extra, args=()):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     env["PYTHONPATH"] = FIXTURE
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", *extra,
                            os.path.join(FIXTURE, "run_realhf.py"), *args],

@@ -13,7 +13,7 @@ FIXTURE = os.path.join(HERE, "twinkle_like")
 
 
 def run_fixture(*extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     env["PYTHONPATH"] = FIXTURE
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", *extra,
                            os.path.join(FIXTURE, "run_twinkle.py")],

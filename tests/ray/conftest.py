@@ -24,7 +24,7 @@ def free_port() -> int:
 def clean_env(**extra) -> dict:
     """The environment without any activation (the test runner's own is not inherited)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ASCEND_SHIM", "RAY_")) and k != "PYTHONPATH"}
+           if (not k.startswith(("ASCEND_SHIM", "RAY_")) or k == "ASCEND_SHIM_SIM_LAYER") and k != "PYTHONPATH"}
     # a private 127.0.0.1 cluster: no auth token (the token file in the home directory is shared by every cluster
     # started on this machine, so a cluster started meanwhile elsewhere would lock this test's driver out)
     env.update({"PYTHONPATH": REPO, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",

@@ -291,7 +291,7 @@ print("OK loaded")
 
 @pytest.mark.slow
 def test_checkpoint_of_a_simulated_run_opens_with_plain_torch_and_back_under_run(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     (tmp_path / "save.py").write_text(SAVE_SCRIPT)
     (tmp_path / "load.py").write_text(LOAD_SCRIPT)
     paths = [str(tmp_path / "ckpt.pt"), str(tmp_path / "legacy.pt")]

@@ -13,7 +13,7 @@ BAD_DEVICES = ["1e9", "2x", "100", "65", "0", "-1", "abc", "3.0", "0x4"]
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     env.update(extra)
     return env
 
