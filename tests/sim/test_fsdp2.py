@@ -27,7 +27,7 @@ def _free_port() -> int:
 
 
 def _run(simulate: bool) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     env.update(PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""), GLOO_SOCKET_IFNAME="lo",
                OMP_NUM_THREADS="1")
     torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",

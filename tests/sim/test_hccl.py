@@ -255,7 +255,7 @@ def _free_port() -> int:
 
 
 def _torchrun(script: str, *args: str, env_extra: dict | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["GLOO_SOCKET_IFNAME"] = "lo"
     env["OMP_NUM_THREADS"] = "1"
