@@ -15,6 +15,7 @@ Names that are plain Python helpers (``typing`` re-exports, ``os``) are left alo
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 
 from ascend_shim.registry import PatchSet
@@ -37,17 +38,19 @@ ALIASES = ("current_device", "device", "device_of", "empty_cache", "init", "init
            "graph_pool_handle", "make_graphed_callables", "host_memory_stats", "host_memory_stats_as_nested_dict",
            "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats", "get_sync_debug_mode",
            "set_sync_debug_mode", "change_current_allocator")
-# npu functions with a device argument that may be a CUDA device: the argument's name (its position is read
-# from the function itself when the patch applies)
-DEVICE_ARG = {
-    **{name: "device" for name in (
-        "set_device", "synchronize", "get_device_name", "mem_get_info", "memory_stats",
-        "memory_stats_as_nested_dict", "memory_summary", "memory_allocated", "max_memory_allocated",
-        "memory_reserved", "max_memory_reserved", "memory_cached", "max_memory_cached", "reset_peak_memory_stats",
-        "reset_max_memory_allocated", "reset_max_memory_cached", "reset_accumulated_memory_stats", "get_rng_state",
-        "set_rng_state", "current_stream", "default_stream", "set_per_process_memory_fraction", "Stream",
-        "utilization")},
-    "can_device_access_peer": "device_id",
+# npu functions with a device argument that may be a CUDA device: the argument's name in torch.cuda (its
+# position is read from the function itself when the patch applies; where torch_npu names it differently,
+# get_device_name(device_name=None), the CUDA keyword is renamed: see _cuda_callable)
+DEVICE_ARG = {name: "device" for name in (
+    "set_device", "synchronize", "get_device_name", "mem_get_info", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_cached", "max_memory_cached", "reset_peak_memory_stats", "reset_max_memory_allocated",
+    "reset_max_memory_cached", "reset_accumulated_memory_stats", "get_rng_state", "set_rng_state", "current_stream",
+    "default_stream", "set_per_process_memory_fraction", "Stream", "utilization", "can_device_access_peer")}
+# torch.cuda arguments some torch_npu releases lack, dropped because they cannot change the NPU's answer
+IGNORED_CUDA_ARGUMENTS = {
+    ("is_bf16_supported", "including_emulation"): "the NPU computes bf16 natively (torch_npu ignores it where it "
+                                                  "takes it)",
 }
 # CUDA-only facilities: using them raises a clear error
 UNSUPPORTED = {
@@ -98,17 +101,70 @@ def _npu(ctx, name):
         return ctx.need(torch.npu, name, "torch.npu")
 
 
+def _cuda_callable(ctx, name, fn):
+    """``fn`` (``torch.npu.<name>``) callable as ``torch.cuda.<name>`` is called (``ctx.original``'s signature).
+
+    Where torch_npu names a positional argument differently (``get_device_name(device_name=None)``,
+    ``can_device_access_peer(device_id, peer_device_id)``), CUDA's keyword reaches the npu parameter at the same
+    position; a CUDA argument of :data:`IGNORED_CUDA_ARGUMENTS` that this release lacks is dropped. The result
+    shows CUDA's names in its signature (the device translation binds by them). ``fn`` itself when nothing
+    differs, so the common case costs nothing.
+    """
+    if isinstance(fn, type) or not callable(ctx.original):
+        return fn
+    try:
+        cuda_params = list(inspect.signature(ctx.original).parameters.values())
+        npu_signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+    npu_params = npu_signature.parameters
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in npu_params.values()):
+        return fn
+    positional = [p for p in npu_params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    cuda_names = {p.name for p in cuda_params}
+    renamed, dropped = {}, []
+    for index, param in enumerate(cuda_params):
+        if param.name in npu_params or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if (param.kind is param.POSITIONAL_OR_KEYWORD and index < len(positional)
+                and positional[index].kind is param.POSITIONAL_OR_KEYWORD and positional[index].name not in cuda_names):
+            renamed[param.name] = positional[index].name
+        elif (name, param.name) in IGNORED_CUDA_ARGUMENTS and index >= len(positional):
+            dropped.append(param)
+    if not renamed and not dropped:
+        return fn
+    keep = len(positional)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if len(args) > keep:  # only dropped arguments lie beyond the npu function's positional ones
+            args = args[:keep]
+        for cuda_name, npu_name in renamed.items():
+            if cuda_name in kwargs:
+                kwargs[npu_name] = kwargs.pop(cuda_name)
+        for param in dropped:
+            kwargs.pop(param.name, None)
+        return fn(*args, **kwargs)
+
+    as_cuda = {npu_name: cuda_name for cuda_name, npu_name in renamed.items()}
+    call.__signature__ = npu_signature.replace(parameters=[
+        *(p.replace(name=as_cuda.get(p.name, p.name)) for p in npu_params.values()),
+        *(p.replace(kind=p.POSITIONAL_OR_KEYWORD) for p in dropped)])
+    return call
+
+
 for _name in ALIASES:
     cuda.patch(f"torch.cuda:{_name}", kind="replace", covers=(f"torch.cuda.{_name}",),
                why=f"torch.cuda.{_name} talks to the CUDA runtime, absent on an NPU machine.",
                what=f"torch.cuda.{_name} is torch.npu.{_name} (same semantics).", remove_when=REMOVE)(
-        lambda ctx, _name=_name: _npu(ctx, _name))
+        lambda ctx, _name=_name: _cuda_callable(ctx, _name, _npu(ctx, _name)))
 
 for _name, _arg in DEVICE_ARG.items():
     def _make(ctx, _name=_name, _arg=_arg):
         fn = _npu(ctx, _name)
         if getattr(fn, "unavailable", False):
             return fn
+        fn = _cuda_callable(ctx, _name, fn)
         if isinstance(fn, type):  # stays a class: `torch.cuda.Stream | None` annotations, isinstance checks
             new = translate_device(fn.__new__, f"torch.cuda.{_name}", _arg, ints=False)
             return type(fn.__name__, (fn,), {"__new__": new, "__module__": fn.__module__,

@@ -3,6 +3,7 @@ names, configuration switches, and what the module refuses (unemulated names, gr
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import threading
 import warnings
@@ -283,7 +284,14 @@ def test_unemulated_real_names_exist_and_raise_only_when_used(name):
     assert hasattr(torch.npu, name)  # looking it up never raises
     assert name in torch.npu.unemulated_names()
     with pytest.raises(NotEmulatedError, match=f"torch.npu.{name} is not emulated by ascend_shim's sim backend"):
-        getattr(torch.npu, name)()
+        _call_as_the_real_function_takes_it(getattr(torch.npu, name))
+
+
+def _call_as_the_real_function_takes_it(placeholder):
+    """Call with the real function's required arguments (a placeholder refuses other calls as it would)."""
+    required = [p for p in inspect.signature(placeholder).parameters.values()
+                if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+    return placeholder(*[None] * len(required))
 
 
 def test_placeholder_classes_stay_classes():
@@ -303,7 +311,7 @@ def test_names_of_submodules_exist_and_raise_when_used(qualname):
     module, name = qualname.split(".")
     obj = getattr(getattr(torch.npu, module), name)
     with pytest.raises(NotImplementedError, match=f"torch.npu.{name} is not emulated"):
-        obj()
+        _call_as_the_real_function_takes_it(obj)
     with pytest.raises(AttributeError):
         getattr(getattr(torch.npu, module), "no_such_name")
 

@@ -54,28 +54,35 @@ config = _npuConfig()
 matmul = _allowHF32Matmul()
 conv = _allowHF32Conv()
 
-# Names that need the device runtime, firmware or CANN tooling the emulator does not have.
+# Names that need the device runtime, firmware or CANN tooling the emulator does not have: why, and the real
+# function's parameters.
+_DUMPS = "operator data dumps need the CANN dump tooling"
+_RECOVERY = "device fault recovery needs the device runtime"
+_DEVICE_LIMITS = "per-device core limits need the device runtime"
+_STREAM_LIMITS = "per-stream core limits need the device runtime"
+_OBFUSCATION = "model obfuscation needs the CANN runtime"
 _WHY = {
-    "set_dump": "operator data dumps need the CANN dump tooling",
-    "init_dump": "operator data dumps need the CANN dump tooling",
-    "finalize_dump": "operator data dumps need the CANN dump tooling",
-    "set_aoe": "AOE tuning needs the CANN tuning tools",
-    "stress_detect": "hardware stress detection needs the device firmware",
-    "stop_device": "device fault recovery needs the device runtime",
-    "restart_device": "device fault recovery needs the device runtime",
-    "set_device_limit": "per-device core limits need the device runtime",
-    "get_device_limit": "per-device core limits need the device runtime",
-    "set_stream_limit": "per-stream core limits need the device runtime",
-    "reset_stream_limit": "per-stream core limits need the device runtime",
-    "get_stream_limit": "per-stream core limits need the device runtime",
-    "obfuscation_initialize": "model obfuscation needs the CANN runtime",
-    "obfuscation_finalize": "model obfuscation needs the CANN runtime",
-    "obfuscation_calculate": "model obfuscation needs the CANN runtime",
-    "set_op_timeout_ms": "operator timeouts need the device runtime",
-    "npurt": "the raw NPU runtime API module needs CANN",
+    "set_dump": (_DUMPS, "cfg_file"),
+    "init_dump": (_DUMPS, ""),
+    "finalize_dump": (_DUMPS, ""),
+    "set_aoe": ("AOE tuning needs the CANN tuning tools", "dump_path"),
+    "stress_detect": ("hardware stress detection needs the device firmware", "detect_type='aic'"),
+    "stop_device": (_RECOVERY, "device_id"),
+    "restart_device": (_RECOVERY, "device_id, rebuild_all_resources=False, disable_tensor_unsafe_check=False"),
+    "set_device_limit": (_DEVICE_LIMITS, "device, cube_num=-1, vector_num=-1"),
+    "get_device_limit": (_DEVICE_LIMITS, "device"),
+    "set_stream_limit": (_STREAM_LIMITS, "stream, cube_num=-1, vector_num=-1"),
+    "reset_stream_limit": (_STREAM_LIMITS, "stream"),
+    "get_stream_limit": (_STREAM_LIMITS, "stream"),
+    "obfuscation_initialize": (_OBFUSCATION, "hidden_size, tp_rank, cmd, *, data_type=None, model_obf_seed_id=0, "
+                                             "data_obf_seed_id=0, thread_num=4, obf_coefficient=1.0"),
+    "obfuscation_finalize": (_OBFUSCATION, "fd_to_close"),
+    "obfuscation_calculate": (_OBFUSCATION, "fd, x, param, *, obf_coefficient=1.0"),
+    "set_op_timeout_ms": ("operator timeouts need the device runtime", "timeout"),
+    "npurt": ("the raw NPU runtime API module needs CANN", ""),
 }
-for _name, _reason in _WHY.items():
-    globals()[_name] = placeholder_function(f"torch.npu.{_name}", _reason)
+for _name, (_reason, _params) in _WHY.items():
+    globals()[_name] = placeholder_function(f"torch.npu.{_name}", _reason, _params)
 
 __all__ = list(NPU_ALL)
 

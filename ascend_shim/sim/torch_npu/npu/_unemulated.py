@@ -5,8 +5,12 @@ torch this package was checked against; tests compare it with the real wheel's l
 emulated module: what the host can compute is implemented, the rest is a *placeholder* -- a function, or a class,
 that raises :class:`NotEmulatedError` when called or instantiated, never when looked up, so ``hasattr()`` and
 ``torch.cuda.X = torch.npu.X`` style assignments work as on hardware. :func:`unemulated_names` lists them.
+A placeholder has the real function's parameters (``params``, the release's parameter list): ``inspect.signature``
+shows them and a call the real function would refuse raises its TypeError.
 """
 from __future__ import annotations
+
+import inspect
 
 from ascend_shim.sim.errors import NotEmulatedError
 
@@ -58,26 +62,49 @@ def not_emulated(qualname: str, reason: str = "") -> NotEmulatedError:
     return NotEmulatedError(message + (f": {reason}" if reason else " (it exists in the real torch_npu)"))
 
 
-def placeholder_function(qualname: str, reason: str = ""):
-    """A function named like the real one that raises NotEmulatedError when called."""
+def _signature(params: str | None, first: str = "") -> inspect.Signature | None:
+    """The signature of ``def f(<first>, <params>)``; ``params`` is Python parameter-list source (literal
+    defaults only)."""
+    if params is None:
+        return None
+    namespace: dict = {}
+    exec(f"def f({', '.join(p for p in (first, params) if p)}): pass", {}, namespace)  # noqa: S102 - our literal
+    return inspect.signature(namespace["f"])
+
+
+def placeholder_function(qualname: str, reason: str = "", params: str | None = None):
+    """A function named like the real one (with its parameters ``params``) that raises NotEmulatedError when
+    called."""
     name = qualname.rsplit(".", 1)[-1]
+    signature = _signature(params)
 
     def placeholder(*args, **kwargs):
+        if signature is not None:
+            signature.bind(*args, **kwargs)  # the real function's TypeError for a call it refuses
         raise not_emulated(qualname, reason)
 
     placeholder.__name__ = placeholder.__qualname__ = name
     placeholder.__doc__ = f"Not emulated: calling {qualname} raises NotEmulatedError. {reason}".strip()
+    if signature is not None:
+        placeholder.__signature__ = signature
     setattr(placeholder, _MARK, qualname)
     return placeholder
 
 
-def placeholder_class(qualname: str, reason: str = "", bases: tuple = (), module: str = "torch.npu"):
-    """A class named like the real one (subclassable, usable in isinstance) whose instantiation raises."""
+def placeholder_class(qualname: str, reason: str = "", bases: tuple = (), module: str = "torch.npu",
+                      params: str | None = None):
+    """A class named like the real one (subclassable, usable in isinstance, constructed with the real
+    ``params``) whose instantiation raises."""
     name = qualname.rsplit(".", 1)[-1]
+    signature = _signature(params, first="cls")
 
     def __new__(cls, *args, **kwargs):
+        if signature is not None:
+            signature.bind(cls, *args, **kwargs)
         raise not_emulated(qualname, reason)
 
+    if signature is not None:
+        __new__.__signature__ = signature
     namespace = {"__new__": __new__, "__module__": module, _MARK: qualname,
                  "__doc__": f"Not emulated: instantiating {qualname} raises NotEmulatedError. {reason}".strip()}
     return type(name, bases, namespace)

@@ -16,8 +16,8 @@ def is_autocast_enabled() -> bool:
     return torch.is_autocast_enabled("npu")
 
 
-def set_autocast_enabled(enabled: bool) -> None:
-    torch.set_autocast_enabled("npu", enabled)
+def set_autocast_enabled(enable: bool) -> None:
+    torch.set_autocast_enabled("npu", enable)
 
 
 def get_autocast_dtype() -> torch.dtype:

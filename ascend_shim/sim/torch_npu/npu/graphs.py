@@ -5,7 +5,7 @@ working; using them raises :class:`NotEmulatedError`. No stream is ever capturin
 """
 import logging
 
-from ._unemulated import module_getattr, not_emulated, placeholder_function
+from ._unemulated import module_getattr, placeholder_class, placeholder_function
 
 __all__ = ["NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables",
            "graph_task_group_begin", "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end",
@@ -14,31 +14,23 @@ __all__ = ["NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturin
 _WHY = "graph capture needs the CANN graph runtime; run the captured code eagerly instead"
 
 
-class NPUGraph:
-    def __init__(self, *args, **kwargs):
-        raise not_emulated("NPUGraph", _WHY)
-
-
-class graph:
-    def __init__(self, *args, **kwargs):
-        raise not_emulated("torch.npu.graph", _WHY)
-
-
-def graph_pool_handle():
-    raise not_emulated("torch.npu.graph_pool_handle", _WHY)
-
-
-def make_graphed_callables(*args, **kwargs):
-    raise not_emulated("torch.npu.make_graphed_callables", _WHY)
+NPUGraph = placeholder_class("torch.npu.NPUGraph", _WHY, params="")
+graph = placeholder_class("torch.npu.graph", _WHY, params="npu_graph, pool=None, stream=None, "
+                                                          "auto_dispatch_capture=False, capture_error_mode='global'")
+graph_pool_handle = placeholder_function("torch.npu.graph_pool_handle", _WHY, params="")
+make_graphed_callables = placeholder_function("torch.npu.make_graphed_callables", _WHY,
+                                              params="callables, sample_args, num_warmup_iters=3, "
+                                                     "allow_unused_input=False, pool=None")
 
 
 def is_current_stream_capturing() -> bool:
     return False
 
 
-for _name in ("graph_task_group_begin", "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end",
-              "super_kernel_scope_begin", "super_kernel_scope_end"):
-    globals()[_name] = placeholder_function(f"torch.npu.{_name}", _WHY)
+for _name, _params in (("graph_task_group_begin", "stream"), ("graph_task_group_end", "stream"),
+                       ("graph_task_update_begin", "stream, handle"), ("graph_task_update_end", "stream"),
+                       ("super_kernel_scope_begin", "scope_name=None"), ("super_kernel_scope_end", "scope_name=None")):
+    globals()[_name] = placeholder_function(f"torch.npu.{_name}", _WHY, _params)
 
 
 class NpuGraphOpHandler:
@@ -61,6 +53,3 @@ def register_npu_graph_handler(op_names):
 
 
 __getattr__ = module_getattr("torch.npu.graphs")
-
-for _placeholder in (NPUGraph, graph, graph_pool_handle, make_graphed_callables):
-    _placeholder._ascend_shim_not_emulated = f"torch.npu.{_placeholder.__name__}"

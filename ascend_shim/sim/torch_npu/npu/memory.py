@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import gc
 import pickle
+import sys
 import threading
 import warnings
 from typing import Any
@@ -255,10 +256,15 @@ def memory_snapshot(mempool_id=None) -> list[dict]:
     return _segments(None)
 
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=None, device=None, *args,
-                           **kwargs) -> None:
+def _record_memory_history(enabled="all", *args, **kwargs) -> None:
     """Accepted; the snapshot lists live blocks, but alloc/free traces and stack frames are not recorded by
-    the emulated allocator (warned once when enabled)."""
+    the emulated allocator (warned once when enabled). Takes torch_npu's arguments (``context``, ``stacks``,
+    ``max_entries``, ``device``) after ``enabled``."""
+    _record_memory_history_impl(enabled, *args, **kwargs)
+
+
+def _record_memory_history_impl(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                                device=None) -> None:
     if enabled not in (None, "state", "all", True, False):
         raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
     _history["enabled"] = enabled or None
@@ -285,15 +291,18 @@ _NO_POOLS = "the emulated allocator has a single pool per device (no private poo
 _NO_PLUGGABLE = "the emulated allocator cannot be replaced"
 _NO_HOST_STATS = "pinned host memory is not accounted by the emulated allocator"
 
-MemPool = placeholder_class("torch.npu.MemPool", _NO_POOLS)
-use_mem_pool = placeholder_function("torch.npu.use_mem_pool", _NO_POOLS)
-NPUPluggableAllocator = placeholder_class("torch.npu.NPUPluggableAllocator", _NO_PLUGGABLE)
-change_current_allocator = placeholder_function("torch.npu.change_current_allocator", _NO_PLUGGABLE)
-host_memory_stats = placeholder_function("torch.npu.host_memory_stats", _NO_HOST_STATS)
+MemPool = placeholder_class("torch.npu.MemPool", _NO_POOLS, params="allocator=None, use_on_oom=False, no_split=False")
+use_mem_pool = placeholder_function("torch.npu.use_mem_pool", _NO_POOLS, params="pool, device=None")
+NPUPluggableAllocator = placeholder_class("torch.npu.NPUPluggableAllocator", _NO_PLUGGABLE,
+                                          params="path_to_so_file, alloc_fn_name, free_fn_name")
+change_current_allocator = placeholder_function("torch.npu.change_current_allocator", _NO_PLUGGABLE,
+                                                params="allocator")
+host_memory_stats = placeholder_function("torch.npu.host_memory_stats", _NO_HOST_STATS, params="")
 host_memory_stats_as_nested_dict = placeholder_function("torch.npu.host_memory_stats_as_nested_dict",
-                                                        _NO_HOST_STATS)
+                                                        _NO_HOST_STATS, params="")
 reset_accumulated_host_memory_stats = placeholder_function("torch.npu.reset_accumulated_host_memory_stats",
-                                                           _NO_HOST_STATS)
-reset_peak_host_memory_stats = placeholder_function("torch.npu.reset_peak_host_memory_stats", _NO_HOST_STATS)
+                                                           _NO_HOST_STATS, params="")
+reset_peak_host_memory_stats = placeholder_function("torch.npu.reset_peak_host_memory_stats", _NO_HOST_STATS,
+                                                    params="")
 
 __getattr__ = module_getattr("torch.npu.memory")

@@ -67,8 +67,8 @@ def set_stream(stream) -> None:
 class StreamContext:
     """Context manager that selects a stream (and its device), restoring both on exit; None is a no-op."""
 
-    def __init__(self, stream):
-        self.stream = stream
+    def __init__(self, stream_ctx):
+        self.stream = stream_ctx
         self.idx = _get_device_index(None, optional=True)
         self.src_prev_stream = None
         self.dst_prev_stream = None
@@ -103,7 +103,8 @@ class SyncLaunchStream(Stream):
 
 
 _EXTERNAL = "it wraps a raw ACL runtime handle created outside torch"
-ExternalStream = placeholder_class("torch.npu.ExternalStream", _EXTERNAL, bases=(Stream,))
-ExternalEvent = placeholder_class("torch.npu.ExternalEvent", _EXTERNAL)
+ExternalStream = placeholder_class("torch.npu.ExternalStream", _EXTERNAL, bases=(Stream,),
+                                   params="stream_ptr, device=None, **kwargs")
+ExternalEvent = placeholder_class("torch.npu.ExternalEvent", _EXTERNAL, params="")
 
 __getattr__ = module_getattr("torch.npu.streams")

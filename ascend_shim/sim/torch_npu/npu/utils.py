@@ -72,8 +72,8 @@ def synchronize(device=None) -> None:
     _checked_index(device)
 
 
-def get_device_name(device=None) -> str:
-    _checked_index(device)
+def get_device_name(device_name=None) -> str:
+    _checked_index(device_name)
     return DEVICE_NAME
 
 
@@ -97,8 +97,8 @@ class _NPUDeviceProperties:
                 f"L2_cache_size={self.L2_cache_size >> 20}MB)")
 
 
-def get_device_properties(device=None) -> _NPUDeviceProperties:
-    _checked_index(device)
+def get_device_properties(device_name=None) -> _NPUDeviceProperties:
+    _checked_index(device_name)
     _lazy_init()  # as torch_npu: asking for the properties initializes the runtime
     return _NPUDeviceProperties(name=DEVICE_NAME, total_memory=_native().total_memory(), cube_core_num=20,
                                 vector_core_num=40, L2_cache_size=192 << 20)
@@ -131,7 +131,9 @@ def can_device_access_peer(device_id, peer_device_id) -> bool:
     return True
 
 
-def is_bf16_supported() -> bool:
+def is_bf16_supported(including_emulation: bool = False) -> bool:
+    """The emulated 910B computes bf16 natively, so the answer does not depend on ``including_emulation``
+    (torch_npu ignores it too)."""
     return True
 
 
