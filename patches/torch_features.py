@@ -333,6 +333,25 @@ def dynamo_calls_compiled_gates(ctx):
     return undo
 
 
+@features.patch("torch._dynamo.trace_rules:SKIP_DIRS", kind="call", id="torch_features.dynamo_emulated_npu",
+                why="the emulated NPU is Python over a native extension; dynamo traced into it and stopped at an "
+                    "extension function with a warning naming the emulator's internals (torch.cuda.manual_seed() "
+                    "or memory_allocated() in a compiled function).",
+                what="dynamo does not trace into the emulator: such a call breaks the graph silently, as a call into "
+                     "torch_npu's C extension breaks it on the NPU.",
+                remove_when="never while the emulator exists")
+def dynamo_emulated_npu(ctx):
+    from torch._dynamo import trace_rules
+
+    from ascend_shim.errors import NotNeeded
+
+    if "ascend_shim.sim" not in sys.modules:
+        raise NotNeeded("no emulated NPU in this process")
+    from ascend_shim.sim import dynamo
+
+    return dynamo.register(trace_rules)
+
+
 @features.patch("torch.jit._builtins:_find_builtin",
                 why="TorchScript compiles a call to torch.arange(...) etc. only if the callee is in its builtin "
                     "table, which torch builds at import, before the shim wraps the factories; @torch.jit.script "
