@@ -39,7 +39,7 @@ import time
 import torch
 
 from .. import virtual
-from . import _extension, counters
+from . import _extension, counters, torch_npu_kernels
 
 __all__ = ["install", "install_device", "is_installed", "layer", "cpu_alias", "npu_alias", "DEVICE_NAME"]
 
@@ -102,6 +102,7 @@ def install_device() -> None:
         native.configure_device_count(count)
         _name_privateuse1()
         native.register_host_kernels()
+        torch_npu_kernels.install()
         counters.set_native_source(_native_snapshot, _native_reset)
         _count_print_as_one_transfer(native)
         atexit.register(_let_autograd_threads_finish)

@@ -1,6 +1,6 @@
 """CUDA idioms real code trips on, each a small unmodified CUDA script under `ascend-shim run --simulate`: the
 script asserts the CUDA semantics itself (numbers against a CPU or one-device run where there are numbers)."""
-from .test_cuda_scripts import run_script
+from .test_cuda_scripts import line_of, run_script
 
 
 def test_precision_flags_and_the_is_built_gate(tmp_path):
@@ -21,3 +21,11 @@ def test_data_parallel_over_every_visible_device(tmp_path):
     report, proc = run_script("data_parallel.py", tmp_path)
     details = [e["detail"] for e in report["events"] if e["api"] == "nn.DataParallel"]
     assert details and details[0].startswith("8 devices: scatter, replicate, parallel_apply, gather"), details
+
+
+def test_sparse_gcn_layer(tmp_path):
+    report, _ = run_script("sparse_gcn.py", tmp_path)
+    assert report["patches"]["torch_sparse.addmm"]["status"] == "applied"
+    fallbacks = [e for e in report["events"] if e["api"] == "sparse @ dense (aten::addmm)"]
+    assert {e["line"] for e in fallbacks if e["file"].endswith("sparse_gcn.py")} == {
+        line_of("sparse_gcn.py", "hidden = F.relu"), line_of("sparse_gcn.py", "out = torch.sparse.mm")}
