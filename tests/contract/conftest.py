@@ -13,6 +13,9 @@ _sim.install()
 
 MANIFEST = Path(__file__).with_name("torch_npu_manifest.json")
 
+#: tests of the emulator's own torch_npu layer (under the real layer torch.npu is Huawei's)
+builtin_layer_only = pytest.mark.skipif(_sim.layer() == "real", reason="the emulator's own torch_npu layer")
+
 
 def line(version: str) -> tuple[int, int]:
     major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])

@@ -10,6 +10,10 @@ from ascend_shim.sim.errors import NotEmulatedError
 from ascend_shim.sim.torch_npu import npu as emulated
 from ascend_shim.sim.torch_npu.npu import _unemulated
 
+from .conftest import builtin_layer_only
+
+pytestmark = builtin_layer_only
+
 
 def test_all_equals_the_paired_release(paired):
     assert list(emulated.__all__) == paired["npu_all"]
