@@ -9,6 +9,7 @@ the backward ops themselves) are not differentiable: they run below autograd and
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ class _Call:
         """The OpOverload ``name`` of this op's namespace (its backward op)."""
         return getattr(getattr(torch.ops, self.op.namespace), name).default
 
+    @functools.cached_property
     def bound(self) -> dict:
         """Every schema argument by name, defaults filled in (the dispatcher omits trailing defaults)."""
         values = {}
@@ -72,7 +74,7 @@ class _SwiGlu(torch.autograd.Function):
     def forward(ctx, call, x):
         out = call.below_autograd()
         ctx.save_for_backward(x)
-        ctx.backward_op, ctx.dim = call.sibling("npu_swiglu_backward"), call.bound()["dim"]
+        ctx.backward_op, ctx.dim = call.sibling("npu_swiglu_backward"), call.bound["dim"]
         return out
 
     @staticmethod
@@ -89,7 +91,7 @@ class _RotaryMul(torch.autograd.Function):
         out = call.below_autograd()
         ctx.save_for_backward(x, r1, r2)
         ctx.backward_op = call.sibling("npu_rotary_mul_backward")
-        ctx.mode, ctx.has_rotate = call.bound()["rotary_mode"], rotate is not None
+        ctx.mode, ctx.has_rotate = call.bound["rotary_mode"], rotate is not None
         return out
 
     @staticmethod
@@ -117,7 +119,7 @@ class _FusionAttention(torch.autograd.Function):
     def forward(ctx, call, query, key, value, pse):
         out = call.below_autograd()
         attention, softmax_max, softmax_sum, softmax_out = out[:4]
-        bound = call.bound()
+        bound = call.bound
         ctx.backward_op = call.sibling("npu_fusion_attention_grad")
         ctx.head_num, ctx.layout = bound["head_num"], bound["input_layout"]
         ctx.seed, ctx.offset, ctx.numels = out[4:7]
@@ -168,7 +170,7 @@ def autograd_kernel(op):
         call = _Call(op, keyset, args, kwargs)
         if function is None or not (torch.is_grad_enabled() and _requires_grad(args, kwargs)):
             return call.below_autograd()
-        bound = call.bound()
+        bound = call.bound
         return function.apply(call, *(bound.get(name) for name in function.INPUTS))
 
     kernel.__name__ = kernel.__qualname__ = f"{op._schema.name.split('::', 1)[-1]}_autograd"
