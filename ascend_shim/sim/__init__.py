@@ -161,6 +161,9 @@ def _install_builtin_layer() -> None:
         check_autograd_engine()
         _forget_probe(native)
     _register_hccl()
+    from .op_coverage import install_builtin as _install_op_coverage
+
+    _install_op_coverage()  # which ops the NPU has kernels for: torch_npu's CPU-fallback warning per op
 
 
 def check_autograd_engine() -> None:

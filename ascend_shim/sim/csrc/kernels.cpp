@@ -309,6 +309,7 @@ class FallbackCall {
 
 void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check_not_forked();
+  check_op_coverage(op);
   FallbackCall(op, stack).run();
 }
 

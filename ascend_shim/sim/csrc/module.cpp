@@ -9,6 +9,7 @@ namespace ascend_sim {
 at::Tensor cpu_alias(const at::Tensor& t);
 at::Tensor npu_alias(const at::Tensor& t, c10::DeviceIndex index);
 std::vector<std::string> register_host_kernels();
+void bind_op_coverage(py::module_& m);  // op_coverage.cpp
 }  // namespace ascend_sim
 
 namespace {
@@ -98,4 +99,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("in_bad_fork", &sim::in_bad_fork);
   m.def("register_host_kernels", &sim::register_host_kernels);
+  sim::bind_op_coverage(m);
 }

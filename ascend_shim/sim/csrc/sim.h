@@ -4,6 +4,7 @@
 // kernels.cpp  the few native kernels (factories, copies, views, set_, resize_) and the zero-copy CPU fallback
 // nn.cpp       kernels for ops torch routes differently on accelerators (convolution, fused RNN cells)
 // autocast.cpp AutocastPrivateUse1 policies (CUDA's op lists)
+// op_coverage.cpp which ops the NPU has kernels for: torch_npu's CPU-fallback warning, once per op
 // module.cpp   Python bindings
 #pragma once
 
@@ -17,6 +18,10 @@
 #include <map>
 #include <string>
 #include <utility>
+
+namespace c10 {
+class OperatorHandle;
+}  // namespace c10
 
 namespace ascend_sim {
 
@@ -61,6 +66,10 @@ double memory_fraction(c10::DeviceIndex index);
 at::Tensor host_alias(const at::Tensor& npu_tensor);
 // An npu tensor on npu:index that adopts a CPU tensor's memory without copying.
 at::Tensor adopt_host_tensor(const at::Tensor& host_tensor, c10::DeviceIndex index);
+
+// ---- operator coverage (op_coverage.cpp) ----------------------------------------------------------------------
+// Before the fallback runs `op`: warns (once) or raises as torch_npu does when the NPU has no kernel for it.
+void check_op_coverage(const c10::OperatorHandle& op);
 
 // ---- counters --------------------------------------------------------------------------------------------------
 // One user-visible device-to-host transfer. Inside a d2h scope (e.g. printing a tensor, which reads many
