@@ -150,9 +150,60 @@ def num_npus(ctx):
     _sim_only(ctx)
 
     def get_current_node_num_accelerators() -> int:
-        import torch  # under the shim, importing torch brings the emulated NPU up
+        try:
+            import torch  # under the shim, importing torch brings the emulated NPU up
 
-        return int(torch.npu.device_count())
+            return int(torch.npu.device_count())
+        except Exception as exc:  # noqa: BLE001 -- Ray would log a traceback and start the node without NPUs
+            _no_npu_on_this_node(f"the emulated NPU could not come up ({type(exc).__name__}: {exc})")
+            return 0
+
+    return staticmethod(get_current_node_num_accelerators)
+
+
+def _no_npu_on_this_node(reason: str) -> None:
+    """Said where the node is started (`ray start`): without it the node comes up silently with no NPU and a
+    job asking for NPUs waits on its placement group forever."""
+    import logging
+
+    from ascend_shim.report import REPORT
+
+    message = (f"this Ray node offers no NPU: {reason}. Tasks, actors and placement groups asking for "
+               f"resources={{'NPU': n}} will wait for a node that has them.")
+    REPORT.note(message)
+    logging.getLogger("ascend_shim").error("%s", message)
+
+
+@ray_set.patch(
+    "ray._private.accelerators.npu:NPUAcceleratorManager.get_current_node_num_accelerators",
+    id="ray.npu_node_check",
+    why="a node started under the shim for real NPUs (ASCEND_SHIM_BACKEND=npu) where the backend cannot come up "
+        "(no torch_npu, no card visible) started silently with no NPU resource; jobs then waited on their "
+        "placement groups forever.",
+    what="when Ray finds no NPU on a node whose backend is npu, the node says so where it is started (one error "
+         "line, and a note in the report): torch_npu missing (with the setting to use on the emulated NPU), or "
+         "no Ascend device found. Ray's count is unchanged. Not applied on the emulated NPU.",
+    remove_when=REMOVE)
+def npu_node_check(ctx):
+    from ascend_shim.errors import NotNeeded
+
+    if ctx.config.backend == "sim":
+        raise NotNeeded("the emulated NPU: its devices are counted by ray.sim_npu_count")
+    orig = ctx.original
+
+    @functools.wraps(orig)
+    def get_current_node_num_accelerators() -> int:
+        count = orig()
+        if count == 0:
+            import importlib.machinery
+
+            if importlib.machinery.PathFinder.find_spec("torch_npu") is None:
+                _no_npu_on_this_node("ASCEND_SHIM_BACKEND=npu, but torch_npu is not installed on it (on the "
+                                     "emulated NPU, start the node with ASCEND_SHIM_BACKEND=sim)")
+            else:
+                _no_npu_on_this_node("Ray found no Ascend device (AscendCL, /dev/davinci*): check the driver, "
+                                     "CANN (source its set_env.sh before `ray start`) and ASCEND_RT_VISIBLE_DEVICES")
+        return count
 
     return staticmethod(get_current_node_num_accelerators)
 
