@@ -8,7 +8,9 @@ signal) or the previous handler. SIGINT under Python's own handler needs nothing
 reaches ``atexit``. A handler the program installs later replaces this one, as it would without the shim.
 
 A Python handler runs in the main thread between two bytecodes of whatever it interrupted, possibly while that
-code holds the report's lock: the report is written from a helper thread, waited for a bounded time.
+code holds the report's lock: the report is written from a helper thread, waited for a bounded time. A process
+forked from an activated one (a fork-started DataLoader or Pool worker, which ends without ``atexit`` too)
+inherits the handler but writes nothing: the report is its parent's, under the parent's name.
 """
 from __future__ import annotations
 
@@ -23,13 +25,14 @@ WRITE_TIMEOUT = 10.0
 
 _previous: dict[int, object] = {}  # signal -> the handler it had before ours
 _writer: Callable[[bool], None] | None = None  # writes the report; its argument: the process is ending now
+_writer_pid = 0  # the process whose report it is
 
 
 def install(write_report: Callable[[bool], None]) -> None:
     """Write the report through ``write_report(ending)`` on SIGTERM / SIGINT (main thread only: Python sets
     signal handlers there)."""
-    global _writer
-    _writer = write_report
+    global _writer, _writer_pid
+    _writer, _writer_pid = write_report, os.getpid()
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in SIGNALS:
@@ -54,7 +57,7 @@ def uninstall() -> None:
 
 def _on_signal(signum, frame):
     previous = _previous.get(signum, signal.SIG_DFL)
-    writer = _writer
+    writer = _writer if _writer_pid == os.getpid() else None
     if writer is not None:
         done = threading.Thread(target=_write_quietly, args=(writer, not callable(previous)),
                                 name="ascend_shim-exit-report", daemon=True)

@@ -126,6 +126,26 @@ def test_a_handler_installed_before_activation_runs_after_the_report_is_written(
     _report(tmp_path / "r.json")
 
 
+def test_a_forked_child_ends_by_the_signal_and_writes_nothing_of_its_own(tmp_path):
+    """A fork-started worker (DataLoader, Pool) inherits the handler; its report would be its parent's."""
+    body = """\
+        import signal
+        child = os.fork()
+        if child == 0:
+            while True:
+                time.sleep(0.05)
+        time.sleep(0.5)
+        os.kill(child, signal.SIGTERM)
+        _, status = os.waitpid(child, 0)
+        print("child ended by signal", os.WIFSIGNALED(status) and os.WTERMSIG(status), flush=True)
+        sys.exit(0)
+        """
+    proc = _start(tmp_path, [_script(tmp_path, body), str(tmp_path)])
+    out, err = _end(proc)
+    assert proc.returncode == 0 and out == f"child ended by signal {int(signal.SIGTERM)}\n", err[-3000:]
+    assert sorted(p.name for p in tmp_path.glob("r*.json")) == ["r.json"]  # the parent's, at its exit
+
+
 def test_handlers_are_given_back_on_deactivate(clean_shim):
     before = {s: signal.getsignal(s) for s in exit_signals.SIGNALS}
     mine = lambda signum, frame: None  # noqa: E731
