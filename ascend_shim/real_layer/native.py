@@ -24,7 +24,7 @@ import types
 import torch
 
 from .. import sim
-from ..sim import DEVICE_NAME, _extension
+from ..sim import DEVICE_NAME, _extension, ipc
 
 #: the CANN release the emulated runtime reports (torch_npu 2.13 gates features on CANN >= 8.x / 9.1)
 CANN_VERSION = "8.5.0"
@@ -319,6 +319,12 @@ def _tensor_construct_from_storage(storage):
     """An npu uint8 tensor over the whole storage (the emulated device has the ND format only)."""
     tensor = torch.empty(0, dtype=torch.uint8, device=storage.device)
     return tensor.set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+# -- npu memory shared with other processes (torch_npu's multiprocessing reductions) ------------------------
+C.provide("_share_npu_", ipc.share_npu_)
+C.provide("_new_shared_npu", ipc.new_shared_npu)
+C.provide("_release_ipc_counter_npu", ipc.release_ipc_counter_npu)
 
 
 # -- children ---------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ import time
 import torch
 
 from .. import virtual
-from . import _extension, counters, torch_npu_kernels
+from . import _extension, counters, reductions, torch_npu_kernels
 
 __all__ = ["install", "install_device", "is_installed", "layer", "cpu_alias", "npu_alias", "DEVICE_NAME"]
 
@@ -161,6 +161,7 @@ def _install_builtin_layer() -> None:
         check_autograd_engine()
         _forget_probe(native)
     _register_hccl()
+    reductions.install()
     from .op_coverage import install_builtin as _install_op_coverage
 
     _install_op_coverage()  # which ops the NPU has kernels for: torch_npu's CPU-fallback warning per op

@@ -43,7 +43,7 @@ class Extension:
     key_prefix: str = ""  # tells the cache directories of different extensions apart
 
 
-SIM = Extension("_ascend_shim_sim", ("device.cpp", "kernels.cpp", "nn.cpp", "autocast.cpp", "op_coverage.cpp", "module.cpp"),
+SIM = Extension("_ascend_shim_sim", ("device.cpp", "kernels.cpp", "nn.cpp", "autocast.cpp", "op_coverage.cpp", "ipc.cpp", "module.cpp"),
                 headers=("sim.h",))
 HCCL = Extension("_ascend_shim_sim_hccl", ("hccl/process_group_hccl.cpp",), cflags=("-O1",), key_prefix="hccl-")
 

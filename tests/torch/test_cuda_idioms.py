@@ -29,3 +29,8 @@ def test_sparse_gcn_layer(tmp_path):
     fallbacks = [e for e in report["events"] if e["api"] == "sparse @ dense (aten::addmm)"]
     assert {e["line"] for e in fallbacks if e["file"].endswith("sparse_gcn.py")} == {
         line_of("sparse_gcn.py", "hidden = F.relu"), line_of("sparse_gcn.py", "out = torch.sparse.mm")}
+
+
+def test_hogwild_workers_train_the_shared_model(tmp_path):
+    _, proc = run_script("hogwild.py", tmp_path)
+    assert "worker (0, 'npu:0')" in proc.stdout and "worker (1, 'npu:0')" in proc.stdout, proc.stdout
