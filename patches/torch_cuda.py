@@ -137,7 +137,7 @@ def _cuda_callable(ctx, name, fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if len(args) > keep:  # only dropped arguments lie beyond the npu function's positional ones
+        if dropped and keep < len(args) <= keep + len(dropped):  # dropped CUDA arguments given by position
             args = args[:keep]
         for cuda_name, npu_name in renamed.items():
             if cuda_name in kwargs:

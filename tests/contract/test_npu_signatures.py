@@ -135,12 +135,16 @@ def test_torch_cuda_patches_apply_on_every_admitted_release_s_signatures(release
                 torch.cuda.can_device_access_peer(device=0, peer_device=1)
                 torch.cuda.is_bf16_supported(including_emulation=False)
                 torch.cuda.memory_allocated(device="cuda")
+                torch.cuda.is_bf16_supported(True)
+                with pytest.raises(TypeError):  # an argument too many is refused, never dropped
+                    torch.cuda.get_device_name(0, 1)
             finally:
                 ascend_shim.deactivate()
         assert ("get_device_name", {"device_name": "npu:1"}) in calls, (version, calls)
         assert ("can_device_access_peer", {"device_id": 0, "peer_device_id": 1}) in calls, (version, calls)
         assert ("memory_allocated", {"device": "npu"}) in calls, (version, calls)
         assert calls[2][0] == "is_bf16_supported" and calls[2][1] in ({}, {"including_emulation": False}), calls
+        assert calls[4][0] == "is_bf16_supported" and calls[4][1] in ({}, {"including_emulation": True}), calls
     assert not problems, "\n".join(problems)
 
 
