@@ -1,13 +1,22 @@
-"""Caller-aware answers: who is asking whether CUDA is available?
+"""Who believes in CUDA: the one rule behind every caller-aware answer.
 
-User code must see CUDA "available" so it takes the accelerator path, but libraries that support the NPU
-natively (transformers, accelerate, peft, trl, deepspeed, vllm-ascend, torch itself) must see the real answer,
-or they take CUDA-only paths on an NPU (accelerate#3020). Huawei's transfer_to_npu swaps
-``torch.cuda.is_available`` back and forth around a list of library functions, which is neither thread-safe
-nor exception-safe. Here the decision is made per call from the calling frame, without mutating anything.
+Code that was written for CUDA -- the user's, and every library that is not NPU-native (Lightning,
+megatron-core, torchmetrics ...) -- must see CUDA: ``is_available()`` true, its devices as CUDA devices
+(``device.type == "cuda"`` holds, ``x.type()`` reads ``torch.cuda.FloatTensor``), or it takes a CPU branch or
+rejects the device it was handed. Code that supports the NPU natively -- torch, torch_npu, and the libraries
+the patch sets declare (transformers, accelerate, peft, trl, deepspeed, vllm-ascend ...) -- must see the real
+device, or it takes CUDA-only paths on an NPU (accelerate#3020). So a module is **native** when
 
-A patch set declares its library native with :func:`register_native`; :func:`native_scope` marks a region of
-code (e.g. a callback) as native explicitly.
+* a setting names it, or a package holding it: ``ASCEND_SHIM_NATIVE_PACKAGES`` -> native,
+  ``ASCEND_SHIM_USER_PACKAGES`` -> CUDA code (the most specific name wins: ``transformers.models.x`` named a
+  user package stays CUDA code inside a native ``transformers``); torch and torch_npu cannot be overridden;
+* else its top-level package is torch, torch_npu, or declared with :func:`register_native`.
+
+Everything else believes in CUDA. Huawei's transfer_to_npu swaps ``torch.cuda.is_available`` back and forth
+around a list of library functions, which is neither thread-safe nor exception-safe; here the decision is made
+per call from the calling frame (cached per code object), without mutating anything. :func:`native_scope`
+marks a region of code (e.g. a callback) as native explicitly. The load-time rewrite of comparisons
+(:mod:`ascend_shim.rewrite`) selects its modules with the same :func:`is_native_module`.
 """
 from __future__ import annotations
 
@@ -15,9 +24,14 @@ import contextlib
 import contextvars
 import sys
 import threading
+from typing import Callable
+
+#: native whatever the settings say (their code is the NPU's own)
+ALWAYS_NATIVE = frozenset({"torch", "torch_npu"})
 
 _lock = threading.Lock()
-_native: set[str] = {"torch"}  # top-level package names whose calls get the real answers
+_native: set[str] = set(ALWAYS_NATIVE)  # top-level package names declared native (by patch sets)
+_override: dict[str, bool] = {}  # package or module name -> native? (from the settings; most specific wins)
 # id(code) -> (code, is it native?). Keyed by identity: code objects compare by value (not by file), so two
 # identical small functions, one in user code and one in a library, would share an entry; the stored code
 # object keeps its id from being reused.
@@ -34,15 +48,73 @@ def register_native(*packages: str) -> tuple[str, ...]:
     return added
 
 
-def is_native_package(top: str) -> bool:
-    """Is ``top`` (a top-level package name) declared native? Its modules are never the user's code."""
-    return top in _native
-
-
 def unregister_native(*packages: str) -> None:
     with _lock:
-        _native.difference_update(packages)
+        _native.difference_update(p for p in packages if p not in ALWAYS_NATIVE)
         _cache.clear()
+
+
+def set_overrides(user=(), native=()) -> Callable[[], None]:
+    """The settings' word on packages: ``user`` names are CUDA code, ``native`` names native, whatever the
+    patch sets declare. Replaces earlier overrides; returns the undo (the previous overrides back)."""
+    new = overrides_of(user, native)
+    with _lock:
+        previous = dict(_override)
+        _override.clear()
+        _override.update(new)
+        _cache.clear()
+
+    def undo():
+        with _lock:
+            _override.clear()
+            _override.update(previous)
+            _cache.clear()
+
+    return undo
+
+
+def decide(name: str, declared, override) -> bool:
+    """The one rule (see the module docstring) for the module ``name`` (dotted), given the ``declared`` native
+    top-level packages and the settings' ``override`` ({name: native?}). ``scan`` asks it with the patch
+    sets' declarations; a running process asks :func:`is_native_module`."""
+    top = name.partition(".")[0]
+    if top in ALWAYS_NATIVE:
+        return True
+    if override:
+        while name:
+            verdict = override.get(name)
+            if verdict is not None:
+                return verdict
+            name = name.rpartition(".")[0]
+    return top in declared
+
+
+def overrides_of(user=(), native=()) -> dict[str, bool]:
+    """The settings as :func:`decide` takes them: ``user`` names are CUDA code, ``native`` names native."""
+    return {**{name: True for name in native}, **{name: False for name in user}}
+
+
+def is_native_module(name: str) -> bool:
+    """Is the module ``name`` (dotted) NPU-native in this process?"""
+    return decide(name, _native, _override)
+
+
+def is_native_package(top: str) -> bool:
+    """Is ``top`` (a top-level package name) native? Its modules get the real device answers."""
+    return is_native_module(top)
+
+
+def native_packages() -> list[str]:
+    """The packages currently native: declared ones and the settings' (minus the settings' user packages)."""
+    with _lock:
+        names = set(_native) | {n for n, v in _override.items() if v}
+    return sorted(n for n in names if is_native_module(n))
+
+
+def overridden_user_packages() -> list[str]:
+    """Packages the settings make CUDA code although they would be native."""
+    with _lock:
+        return sorted(n for n, v in _override.items() if not v)
 
 
 @contextlib.contextmanager
@@ -56,7 +128,7 @@ def native_scope():
 
 
 def caller_is_native(depth: int = 2) -> bool:
-    """True when the first frame outside ascend_shim (``depth`` frames up) belongs to a native library."""
+    """True when the first frame outside ascend_shim (``depth`` frames up) belongs to a native module."""
     if _scope.get():
         return True
     frame = sys._getframe(depth)
@@ -67,7 +139,7 @@ def caller_is_native(depth: int = 2) -> bool:
             code = frame.f_code
             entry = _cache.get(id(code))
             if entry is None or entry[0] is not code:
-                entry = _cache[id(code)] = (code, name.partition(".")[0] in _native)
+                entry = _cache[id(code)] = (code, is_native_module(name))
             return entry[1]
         frame = frame.f_back
     return False

@@ -97,11 +97,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "(`torch.zeros`, `torch.empty` ...), `Tensor.to` and `torch.device`: a call that needs no "
            "translation reaches torch with no Python frame of the shim. 0: the pure-Python wrappers, which "
            "behave the same."),
-    EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package names",
-           "Packages whose modules count as the user's code wherever they are installed (site-packages too)."),
+    EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package or module names",
+           "Packages treated as CUDA code like the user's (told CUDA is available, their `\"cuda\"` comparisons "
+           "rewritten, `x.type()` reading `torch.cuda.*`) even where a patch set declares them NPU-native; "
+           "`pkg.sub` names part of a package."),
+    EnvVar("ASCEND_SHIM_NATIVE_PACKAGES", "native_packages", "", "comma list of package or module names",
+           "Packages treated as NPU-native (they see the real device and are never rewritten) although no "
+           "patch set declares them so: for a library with NPU support of its own."),
     EnvVar("ASCEND_SHIM_USER_ROOTS", "user_roots", "", "directories separated by the path separator",
-           "Only these directory trees hold the user's code (default: every file outside the interpreter's "
-           "prefixes, site-packages and the shim). Site-packages and the standard library never count."),
+           "Only these directory trees hold the user's own code among the files outside the environment "
+           "(default: every file outside the interpreter's prefixes, site-packages and the shim). Installed "
+           "libraries follow the NPU-native rule whatever the roots."),
     EnvVar("ASCEND_SHIM_SIM_DEVICES", "sim_devices", "8", f"1 .. {MAX_SIM_DEVICES}",
            "Number of emulated NPUs (`sim` backend)."),
     EnvVar("ASCEND_SHIM_SIM_BUILD_DIR", "sim_build_dir", "", "a directory",
@@ -179,6 +185,7 @@ class Config:
     gc_freeze: bool = True
     speedups: bool = True
     user_packages: tuple[str, ...] = ()
+    native_packages: tuple[str, ...] = ()
     user_roots: tuple[str, ...] = ()
     sim_devices: int = 8
     sim_build_dir: str = ""
@@ -317,7 +324,7 @@ def _coerce(var: EnvVar, raw):
             if not os.path.isdir(root):
                 raise ConfigError(f"{name}: {root!r} is not a directory; name directories that hold your code")
         return roots
-    if var.field in ("patch_modules", "user_packages"):
+    if var.field in ("patch_modules", "user_packages", "native_packages"):
         return _parse_list(name, raw, pattern=re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$"), hint=_MODULE_HINT)
     if var.field in ("disable", "only", "enable"):
         return _parse_list(name, raw)

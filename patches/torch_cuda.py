@@ -451,22 +451,33 @@ def _npu_type_name(value):
     return None
 
 
-@cuda.patch("torch:Tensor.type",
-            why="x.type('torch.cuda.HalfTensor') and x.type(torch.cuda.HalfTensor) convert to a CUDA tensor type.",
+@cuda.patch("torch:Tensor.type", covers=("device-compare:tensor-type",),
+            why="x.type('torch.cuda.HalfTensor') and x.type(torch.cuda.HalfTensor) convert to a CUDA tensor type; "
+                "CUDA code tells tensors apart by x.type() == 'torch.cuda.FloatTensor' (megatron-core's "
+                "optimizers: param.type() in ['torch.cuda.FloatTensor', ...]).",
             what="the CUDA type (string or class) becomes the NPU's (torch.npu.HalfTensor): same dtype, on the NPU; "
-                 "other arguments pass through.",
+                 "other arguments pass through. x.type() of an NPU tensor reads 'torch.cuda.FloatTensor' ... to "
+                 "CUDA code (the user's and every library that is not NPU-native) and 'torch.npu.FloatTensor' to "
+                 "torch and NPU-native libraries (caller-aware, like is_available()).",
             remove_when=REMOVE)
 def tensor_type(ctx):
+    from ascend_shim.callers import caller_is_native
+
     original = ctx.original
 
     @functools.wraps(original)
     def type(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None:
+            name = original(self, **kwargs) if kwargs else original(self)
+            if name.startswith("torch.npu.") and not caller_is_native(2):
+                cuda_name = "torch.cuda." + name[len("torch.npu."):]
+                note("Tensor.type", "type", name, cuda_name)
+                return cuda_name
+            return name
         new = _npu_type_name(dtype)
         if new is not None:
             note("Tensor.type", "dtype", dtype if isinstance(dtype, str) else f"torch.cuda.{dtype.__name__}", new)
             dtype = new
-        if dtype is None:
-            return original(self, **kwargs) if kwargs else original(self)
         return original(self, dtype, non_blocking, **kwargs)
 
     return type

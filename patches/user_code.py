@@ -1,26 +1,47 @@
-"""The user's own code: CUDA comparisons rewritten at load time so they hold on the NPU.
+"""CUDA code -- the user's, and every library that is not NPU-native -- sees CUDA devices as CUDA.
 
 ``x.device.type == "cuda"``, ``str(dev).startswith("cuda")``, ``"cuda" in str(device)``,
 ``backend == "nccl"`` ... are False on an NPU (tensors report ``npu``, the backend is ``hccl``) and make
-unmodified code silently take its CPU branch. User code is everything that is not the environment (outside
-the interpreter's prefixes, site-packages and the shim), narrowed or extended by ``ASCEND_SHIM_USER_ROOTS``
-and ``ASCEND_SHIM_USER_PACKAGES``; each rewritten site is reported. In a process activated at start-up (a
-launcher's worker, a ``subprocess`` python) the main script is run the way ``ascend-shim run`` runs it, so it
-is rewritten too. ``ASCEND_SHIM_REWRITE=0`` turns it off.
+unmodified code silently take its CPU branch, or reject the device it was handed (Lightning: "Device should be
+GPU, got npu:0 instead"). The rule of :mod:`ascend_shim.callers` says who believes in CUDA: the user's code and
+every library that is not NPU-native (not torch, torch_npu, nor a library a patch set declares native), with
+``ASCEND_SHIM_USER_PACKAGES`` / ``ASCEND_SHIM_NATIVE_PACKAGES`` overriding it both ways. The same rule decides
+who is told CUDA is available and who reads ``x.type()`` as ``torch.cuda.*``. Comparisons in such modules are
+rewritten at load time (``ASCEND_SHIM_USER_ROOTS`` narrows which of the files outside the environment are the
+user's); each rewritten site is reported. In a process activated at start-up (a launcher's worker, a
+``subprocess`` python) the main script is run the way ``ascend-shim run`` runs it, so it is rewritten too.
+``ASCEND_SHIM_REWRITE=0`` turns the rewrite off.
 """
 from ascend_shim.errors import NotNeeded
 from ascend_shim.registry import PatchSet
 
-user_code = PatchSet(id="user_code", title="CUDA comparisons in the user's own modules hold for the NPU")
+user_code = PatchSet(id="user_code", title="CUDA code (the user's, non-native libraries') sees the NPU as CUDA")
+
+
+@user_code.patch("process:cuda-code-rule", kind="call",
+                 why="the answer to 'is this CUDA code?' must be the same for is_available(), device comparisons "
+                     "and x.type(), and the user must be able to correct it for a library.",
+                 what="ASCEND_SHIM_USER_PACKAGES makes packages CUDA code even where a patch set declares them "
+                      "NPU-native, ASCEND_SHIM_NATIVE_PACKAGES makes packages NPU-native (most specific name wins); "
+                      "every caller-aware answer and the rewrite follow.",
+                 remove_when="never while CUDA-targeted code must run unmodified on Ascend")
+def cuda_code_rule(ctx):
+    from ascend_shim import callers
+
+    if not (ctx.config.user_packages or ctx.config.native_packages):
+        raise NotNeeded("no ASCEND_SHIM_USER_PACKAGES / ASCEND_SHIM_NATIVE_PACKAGES")
+    return callers.set_overrides(ctx.config.user_packages, ctx.config.native_packages)
 
 
 @user_code.patch("process:user-code-comparisons", kind="call",
                  covers=("device-compare:cuda", "device-compare:nccl"),
                  why="`x.device.type == 'cuda'`-style checks are the main reason unmodified code silently takes a "
-                     "CPU branch on an NPU.",
-                 what="an import hook rewrites such comparisons in the user's modules and main script (in every "
-                      "process of a job, launcher workers included) into value comparisons that also accept the NPU "
-                      "counterpart (npu, npu:N, hccl); line numbers are kept, sites are reported.",
+                     "CPU branch on an NPU, and why CUDA-first libraries (Lightning, megatron-core) reject the "
+                     "npu device they were handed.",
+                 what="an import hook rewrites such comparisons in the user's modules and main script and in every "
+                      "library that is not NPU-native (in every process of a job, launcher workers included) into "
+                      "value comparisons that also accept the NPU counterpart (npu, npu:N, hccl); line numbers are "
+                      "kept, sites and libraries are reported; rewritten bytecode is cached per user.",
                  remove_when="never while CUDA-targeted code must run unmodified on Ascend")
 def rewrite_user_code(ctx):
     from ascend_shim import entry, rewrite

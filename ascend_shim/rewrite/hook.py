@@ -1,28 +1,33 @@
-"""Load-time application of the rewrite to the user's modules, and to the main script.
+"""Load-time application of the rewrite to CUDA code: the user's modules, the main script, and every
+library that is not NPU-native.
 
 ``install(roots, packages)`` puts a meta-path finder in front of the others. For each import it asks the
 finders behind it for the spec (so editable installs and other custom finders keep working) and, when the
-module is the user's, swaps its ``SourceFileLoader`` for :class:`RewritingLoader` (a subclass: resources,
-``get_source``, ``runpy`` and ``pkgutil`` behave the same). User code is everything that is not the
-environment. A module is the user's when
+module is CUDA code, swaps its ``SourceFileLoader`` for :class:`RewritingLoader` (a subclass: resources,
+``get_source``, ``runpy`` and ``pkgutil`` behave the same). The rule is the one of
+:mod:`ascend_shim.callers` (who is told CUDA is available sees CUDA devices as CUDA). A module is rewritten when
 
-* its source file (symlinks resolved) is not under the standard library, a site directory or any
-  ``site-packages`` / ``dist-packages`` directory, ascend_shim or torch, nor a package that declares itself
-  NPU-native (:mod:`ascend_shim.callers`), and
-  - with no ``roots`` (the default): not under the interpreter's prefixes (``sys.prefix``, ``base_prefix``,
-    ``exec_prefix``), so the run target's tree, sibling packages on ``sys.path`` and editable installs of the
-    user's own project all count;
-  - with ``roots``: under one of them (narrower, or wider: a root may lie inside a prefix); or
+* its name is not NPU-native (torch, torch_npu, the packages the patch sets declare, ``ASCEND_SHIM_NATIVE_PACKAGES``;
+  ``ASCEND_SHIM_USER_PACKAGES`` takes a package back) and not the shim's, and its source file (symlinks
+  resolved) is not the standard library's, the shim's or torch's; and
+* it is a **library**: its file lies in a site directory or any ``site-packages`` / ``dist-packages``
+  directory (Lightning, megatron-core, torchmetrics ...); or
+* it is the **user's**: outside the environment -- with no ``roots`` (the default) not under the interpreter's
+  prefixes (``sys.prefix``, ``base_prefix``, ``exec_prefix``), so the run target's tree, sibling packages on
+  ``sys.path`` and editable installs of the user's own project all count; with ``roots``, under one of them
+  (narrower, or wider: a root may lie inside a prefix); or
 * its name is one of ``packages`` or inside one (``pkg`` and ``pkg.sub.mod``), wherever the package is
-  installed, site-packages included (naming it is the user's statement that it is theirs) -- but standard
-  library, ``ascend_shim``, ``torch`` and ``torch_npu`` names are refused with :class:`ConfigError`.
+  installed -- but standard library, ``ascend_shim``, ``torch`` and ``torch_npu`` names are refused with
+  :class:`ConfigError`.
 
-The report carries one note naming the rule and the import roots user modules were actually loaded from.
+The report carries one note naming the rule for the user's code and the import roots user modules were
+actually loaded from, and one naming the libraries whose comparisons were rewritten (with the NPU-native ones).
 
 Only plain ``.py`` sources loaded by the stock ``SourceFileLoader`` are rewritten (no zip imports, no
-``.pyc``-only modules, no custom loaders). Rewritten code is compiled from source on every import and never
-written to ``__pycache__``: a later run without the shim can never pick up rewritten bytecode. Modules whose
-source mentions neither ``cuda`` nor ``nccl`` (or has no site to rewrite) load through the normal cached path.
+``.pyc``-only modules, no custom loaders). Modules whose source mentions neither ``cuda`` nor ``nccl`` load
+through the normal path untouched. Rewritten code is never written to ``__pycache__`` (a later run without the
+shim can never pick it up); it is kept in the shim's own cache (:mod:`.cache`), so a library is rewritten once,
+not on every start.
 
 ``install`` also wraps ``runpy.run_path`` (undone by ``uninstall``) so that a script under the roots run that
 way -- notably ``multiprocessing``'s spawn/forkserver children re-running the main script as ``__mp_main__``
@@ -47,7 +52,7 @@ from .. import callers
 from .. import hooks as _post_import_hooks
 from ..errors import ConfigError
 from ..report import REPORT
-from . import runtime
+from . import cache, runtime
 from .transform import Site, rewrite_source
 
 log = logging.getLogger("ascend_shim")
@@ -102,18 +107,42 @@ def report_sites(sites: list[Site]) -> int:
     return n
 
 
+def rewritten_code(source: bytes, path: str):
+    """``(code, sites)`` for the file ``path`` holding ``source``; ``code`` is None when nothing was rewritten.
+    Each site is reported (once). From the cache when the same source was rewritten before."""
+    hit = cache.load(path, source)
+    if hit is None:
+        code, sites = rewrite_source(source, path)
+        if not any(s.rewritten for s in sites):
+            code = None
+        cache.store(path, source, code, sites)
+    else:
+        code, sites = hit
+    report_sites(sites)
+    return code, sites
+
+
 class RewritingLoader(importlib.machinery.SourceFileLoader):
-    """A ``SourceFileLoader`` whose code has the CUDA comparisons rewritten (and is never cached)."""
+    """A ``SourceFileLoader`` whose code has the CUDA comparisons rewritten (and is never put in
+    ``__pycache__``). ``library``: the top-level package when the module is an installed library's."""
+
+    library: str | None = None
 
     def get_code(self, fullname):
         path = self.get_filename(fullname)
         data = self.get_data(path)
         if b"cuda" not in data and b"nccl" not in data:
             return super().get_code(fullname)
-        code, sites = rewrite_source(data, path)
-        if not report_sites(sites):
+        code, sites = rewritten_code(data, path)
+        if code is None:
             return super().get_code(fullname)
+        if self.library is not None:
+            _library_rewritten(self.library, sum(s.rewritten for s in sites))
         return code
+
+
+#: where a module's file lies, for the rule: the user's tree, an installed library, or neither
+USER, LIBRARY, NEITHER = "user", "library", ""
 
 
 class _Config:
@@ -121,9 +150,11 @@ class _Config:
         self.roots = tuple(sorted({_real(r) for r in roots}))
         self.packages = tuple(packages)
         self.stdlib_dirs, self.site_dirs, self.own_dirs, self.prefixes = _dir_sets()
-        self._dir_cache: dict[str, bool] = {}
+        self._dir_cache: dict[str, str] = {}
         self._below_cache: dict[str, bool] = {}  # directory -> a root lies below it
         self.seen_roots: dict[str, None] = {}  # import roots user modules came from (for the report)
+        self.libraries: dict[str, list[int]] = {}  # library -> [modules, sites] rewritten (for the report)
+        self._installed_cache: dict[str, bool] = {}
 
     def named_package(self, fullname: str) -> bool:
         return any(fullname == p or fullname.startswith(p + ".") for p in self.packages)
@@ -131,52 +162,59 @@ class _Config:
     def _in(self, real: str, dirs) -> bool:
         return any(_under(real, d) for d in dirs)
 
-    def is_environment(self, real: str) -> bool:
-        """Standard library, site dirs, ``site-packages``/``dist-packages``, ascend_shim, torch."""
+    def _is_library(self, real: str) -> bool:
         parts = real.split(os.sep)
-        return (self._in(real, self.stdlib_dirs) or self._in(real, self.site_dirs) or self._in(real, self.own_dirs)
-                or "site-packages" in parts or "dist-packages" in parts)
+        return self._in(real, self.site_dirs) or "site-packages" in parts or "dist-packages" in parts
+
+    def dir_kind(self, directory: str) -> str:
+        """:data:`USER`, :data:`LIBRARY` or :data:`NEITHER` (standard library, the shim, torch, files of the
+        interpreter's prefixes outside its site directories, and, with roots, files outside them)."""
+        kind = self._dir_cache.get(directory)
+        if kind is None:
+            real = _real(directory)
+            if self._in(real, self.own_dirs):
+                kind = NEITHER
+            elif self._is_library(real):
+                kind = LIBRARY
+            elif self._in(real, self.stdlib_dirs):
+                kind = NEITHER
+            elif self.roots:
+                kind = USER if self._in(real, self.roots) else NEITHER
+            else:
+                kind = NEITHER if self._in(real, self.prefixes) else USER
+            self._dir_cache[directory] = kind
+        return kind
 
     def dir_is_users(self, directory: str) -> bool:
-        """Is ``directory`` the user's: not the environment, and inside a root (no roots: outside the prefixes)?"""
-        hit = self._dir_cache.get(directory)
-        if hit is None:
-            real = _real(directory)
-            if self.is_environment(real):
-                hit = False
-            elif self.roots:
-                hit = self._in(real, self.roots)
-            else:
-                hit = not self._in(real, self.prefixes)
-            self._dir_cache[directory] = hit
-        return hit
+        """Is ``directory`` the user's own (not an installed library's)?"""
+        return self.dir_kind(directory) == USER
+
+    def kind(self, fullname: str | None, origin: str | None) -> str:
+        """What the module ``fullname`` loaded from ``origin`` is for the rule (:data:`NEITHER`: left alone)."""
+        if not origin or not origin.endswith(".py"):
+            return NEITHER
+        kind = self.dir_kind(os.path.dirname(origin))
+        if fullname:
+            if fullname.partition(".")[0] in _REFUSED_TOP or callers.is_native_module(fullname):
+                return NEITHER
+            if not kind and self.named_package(fullname):
+                real = _real(origin)
+                in_stdlib = self._in(real, self.stdlib_dirs) and not self._is_library(real)
+                return NEITHER if in_stdlib or self._in(real, self.own_dirs) else USER
+        return kind
 
     def wants(self, fullname: str | None, origin: str | None) -> bool:
-        """Is the module ``fullname`` loaded from ``origin`` the user's?"""
-        if not origin or not origin.endswith(".py"):
-            return False
-        if fullname:
-            top = fullname.partition(".")[0]
-            if top in _REFUSED_TOP:
-                return False
-            if self.named_package(fullname):
-                real = _real(origin)
-                in_stdlib = self._in(real, self.stdlib_dirs) and not self._in(real, self.site_dirs)
-                return not in_stdlib and not self._in(real, self.own_dirs)
-            if callers.is_native_package(top):
-                return False
-        return self.dir_is_users(os.path.dirname(origin))
+        """Is the module ``fullname`` loaded from ``origin`` CUDA code to rewrite?"""
+        return bool(self.kind(fullname, origin))
 
     def may_hold_users(self, fullname: str, path) -> bool:
-        """Can the submodule ``fullname``, searched for in its package's ``path``, be the user's? Not when
-        every directory of the package is outside the user's code (no root lies below one) and the name is not
-        a user package: then its files are not either, and the finder need not look for them."""
+        """Can the submodule ``fullname``, searched for in its package's ``path``, be rewritten? Not when every
+        directory of the package is left alone (no root lies below one) and the name is not a user package:
+        then its files are not either, and the finder need not look for them."""
         if self.named_package(fullname):
             return True
-        if callers.is_native_package(fullname.partition(".")[0]):
-            return False
         for directory in path:
-            if not isinstance(directory, str) or self.dir_is_users(directory):
+            if not isinstance(directory, str) or self.dir_kind(directory):
                 return True
             if self.roots and self._root_below(directory):
                 return True
@@ -190,7 +228,7 @@ class _Config:
         return hit
 
     def describe(self) -> str:
-        """The report's note: the rule, and the roots user modules were loaded from so far."""
+        """The report's note on the user's code: the rule, and the roots user modules were loaded from so far."""
         if self.roots:
             rule = "user code: files under " + ", ".join(self.roots)
         else:
@@ -200,6 +238,24 @@ class _Config:
             rule += "; packages " + ", ".join(self.packages)
         seen = list(self.seen_roots)
         return rule + ("; loaded from " + ", ".join(seen) if seen else "")
+
+    def describe_libraries(self) -> str:
+        """The report's note on installed libraries: which were treated as CUDA code, which as NPU-native."""
+        treated = ", ".join(f"{name} ({sites} sites in {modules} modules)"
+                            for name, (modules, sites) in sorted(self.libraries.items()))
+        native = ", ".join(n for n in callers.native_packages() if self._installed(n))
+        return (f"{LIBRARIES_NOTE}: {treated or 'none so far'}; NPU-native (real device, not rewritten): {native}"
+                " (ASCEND_SHIM_USER_PACKAGES / ASCEND_SHIM_NATIVE_PACKAGES override)")
+
+    def _installed(self, name: str) -> bool:
+        hit = self._installed_cache.get(name)
+        if hit is None:
+            try:
+                hit = name in sys.modules or importlib.util.find_spec(name) is not None
+            except (ImportError, ValueError):
+                hit = False
+            self._installed_cache[name] = hit
+        return hit
 
     def saw(self, origin: str, fullname: str | None) -> None:
         """Remember the import root of a user module (its directory minus the package path)."""
@@ -213,10 +269,27 @@ class _Config:
             _replace_note(old, self.describe())
 
 
+#: how the report's note on libraries begins
+LIBRARIES_NOTE = "libraries treated as CUDA code (not NPU-native: told CUDA is available, comparisons rewritten)"
+
+
+def _library_rewritten(name: str, sites: int) -> None:
+    f = _finder
+    if f is None:
+        return
+    config = f.config
+    with _lock:
+        old = config.describe_libraries() if config.libraries else ""
+        counts = config.libraries.setdefault(name, [0, 0])
+        counts[0] += 1
+        counts[1] += sites
+        _replace_note(old, config.describe_libraries())
+
+
 def _replace_note(old: str, new: str) -> None:
     with REPORT._lock:
         notes = REPORT.notes
-        if old in notes:
+        if old and old in notes:
             notes[notes.index(old)] = new
         elif new not in notes:
             notes.append(new)
@@ -230,7 +303,7 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         # no shortcut on standard-library *names*: a user's test.py / profile.py / code.py shadows them
-        if fullname.partition(".")[0] in _REFUSED_TOP:
+        if fullname.partition(".")[0] in _REFUSED_TOP or callers.is_native_module(fullname):
             return None
         if path is not None and not self.config.may_hold_users(fullname, path):
             return None  # a submodule of a package outside the user's code: the other finders alone
@@ -269,10 +342,14 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
             holder, loader = loader, loader._loader
         if type(loader) is not importlib.machinery.SourceFileLoader:
             return
-        if not self.config.wants(fullname, spec.origin):
+        kind = self.config.kind(fullname, spec.origin)
+        if not kind:
             return
-        self.config.saw(spec.origin, fullname)
         new = RewritingLoader(loader.name, loader.path)
+        if kind == LIBRARY:
+            new.library = fullname.partition(".")[0]
+        else:
+            self.config.saw(spec.origin, fullname)
         if holder is spec:
             spec.loader = new
         else:
@@ -284,7 +361,8 @@ _last_config: "_Config | None" = None  # whose note the report carries (one note
 
 
 def install(roots, packages=()) -> None:
-    """Rewrite the CUDA comparisons of user modules imported from now on.
+    """Rewrite the CUDA comparisons of CUDA code (the user's modules, libraries that are not NPU-native)
+    imported from now on.
 
     ``roots``: directories whose tree is the user's code (env ``ASCEND_SHIM_USER_ROOTS``); empty: every file
     outside the environment. ``packages``: extra top-level or dotted package names whose modules are the
@@ -308,6 +386,8 @@ def install(roots, packages=()) -> None:
     config = _Config([os.fspath(r) for r in roots], packages)
     with _lock:
         old_note = _last_config.describe() if _last_config is not None else ""
+        if _last_config is not None:
+            config.libraries = _last_config.libraries  # rewritten in this process already: still reported
         if _finder is None:
             _finder = RewriteFinder(config)
         else:
@@ -396,8 +476,9 @@ def run_path_rewritten(path, run_name: str = "__main__", init_globals: dict | No
     if code is None:
         with io.open_code(decoded) as fh:
             data = fh.read()
-        code, sites = rewrite_source(data, os.fsdecode(fname))
-        report_sites(sites)
+        code, _ = rewritten_code(data, os.fsdecode(fname))
+        if code is None:
+            code = compile(data, os.fsdecode(fname), "exec", dont_inherit=True)
     pkg_name = run_name.rpartition(".")[0]
     with _TempModule(run_name) as temp, _Argv0(fname):
         g = temp.module.__dict__

@@ -67,6 +67,8 @@ class ScanResult:
     files_scanned: int
     patch_sets: list[str]                # ids of the patch sets whose patches were considered
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (path, why): not regular files
+    #: the libraries the code imports, as a run treats them: {"cuda_code": [...], "native": [...]} (see .rule)
+    rule: dict = dataclasses.field(default_factory=lambda: {"cuda_code": [], "native": []})
 
     @property
     def unsupported(self) -> list[Finding]:
@@ -111,9 +113,11 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
     root = os.path.abspath(paths[0]) if len(paths) == 1 else os.path.commonpath([os.path.abspath(p) for p in paths])
     base = root if os.path.isdir(root) else os.path.dirname(root)
     findings, errors, skipped, count = [], [], [], 0
+    imported, own_names = set(), set()
     for top in paths:
         for file in iter_python_files(top):
             rel = os.path.relpath(os.path.abspath(file), base)
+            own_names.update(part.removesuffix(".py") for part in rel.split(os.sep))
             try:
                 source = read_regular_file(file)
             except NotRegularFile as exc:
@@ -125,7 +129,7 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
                 continue
             count += 1
             try:
-                raw = scan_source(source, rel)
+                raw = scan_source(source, rel, imported)
             except (SyntaxError, ValueError, UnicodeDecodeError, OSError, RecursionError, MemoryError) as exc:
                 line = getattr(exc, "lineno", None)
                 msg = f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}" + (f" (line {line})" if line else "")
@@ -136,7 +140,10 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
                 findings.append(Finding(rel, r.line, r.col, r.category, r.symbol, v.verdict, v.patches, r.text,
                                         v.reason, r.keys))
     findings.sort(key=lambda f: (f.path, f.line, f.col, f.symbol))
-    return ScanResult(root, findings, errors, count, selected_sets, skipped)
+    from .rule import classify_imports
+
+    rule = classify_imports(imported, own_names, patch_sets, {p.id for p in index.patches}, config)
+    return ScanResult(root, findings, errors, count, selected_sets, skipped, rule)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ import io
 import json
 
 from ..terminal import printable
+from .rule import RULE, explain
 from .symbols import CATEGORIES, VERDICTS
 
 CSV_FIELDS = ("path", "line", "col", "category", "symbol", "verdict", "patches", "text", "reason")
@@ -41,6 +42,7 @@ def to_json(result, findings) -> str:
         "skipped": [{"path": p, "reason": r} for p, r in result.skipped],
         "summary": summary(findings),
         "unsupported": sum(f.verdict == "unsupported" for f in result.findings),
+        "rule": {"text": RULE, **result.rule},
     }
     return json.dumps(data, indent=1)
 
@@ -80,6 +82,7 @@ def to_text(result, findings) -> str:
             lines.append(f"  {cat:<{w}}  {s['by_category'][cat]:>5}  "
                          + "  ".join(f"{row.get(v, 0):>11}" for v in verdicts))
     lines.append("verdicts: " + ", ".join(f"{v} {n}" for v, n in s["by_verdict"].items()))
+    lines += explain(result.rule)
     if not result.patch_sets:
         lines.append("note: no patch set is selected, so nothing counts as covered "
                      "(see `python -m ascend_shim list`)")

@@ -21,7 +21,9 @@ Symbols, by category
 ``device-compare``  ``device-compare:cuda`` for a comparison with ``"cuda"`` (``x.device.type == "cuda"``,
                     ``str(d).startswith("cuda")``, ``"cuda" in s``, ``d in ("cuda", "cpu")``,
                     ``torch.device("cuda") == t.device``); ``device-compare:nccl`` for one with ``"nccl"``
-                    (``dist.get_backend() == "nccl"``); ``device-compare:is_cuda`` for ``.is_cuda``.
+                    (``dist.get_backend() == "nccl"``); ``device-compare:is_cuda`` for ``.is_cuda``;
+                    ``device-compare:tensor-type`` for one with a CUDA tensor type name
+                    (``x.type() == "torch.cuda.FloatTensor"``, ``p.type() in ["torch.cuda.HalfTensor", ...]``).
 ``nccl``            ``nccl`` for a backend string (``init_process_group("nccl")``, ``"cpu:gloo,cuda:nccl"``);
                     torch names containing NCCL by their dotted name (``torch.distributed.is_nccl_available``,
                     ``torch.distributed.Backend.NCCL``, ``torch.cuda.nccl.*``);
@@ -124,6 +126,7 @@ METHOD_CUDA = "method:cuda"
 DEVICE_COMPARE_CUDA = "device-compare:cuda"
 DEVICE_COMPARE_IS_CUDA = "device-compare:is_cuda"
 DEVICE_COMPARE_NCCL = "device-compare:nccl"
+DEVICE_COMPARE_TENSOR_TYPE = "device-compare:tensor-type"
 NCCL = "nccl"
 FP8 = "fp8"
 CUDA_GRAPH = "cuda-graph"
@@ -177,6 +180,8 @@ KNOWN_UNSUPPORTED: dict[str, str] = {
 }
 
 _DEVICE_RE = re.compile(r"^cuda(:\d+)?$")
+#: a CUDA tensor type name, as ``x.type()`` gives it on CUDA
+CUDA_TENSOR_TYPE_RE = re.compile(r"^torch\.cuda\.[A-Za-z0-9]+Tensor$")
 _BACKEND_SPEC_RE = re.compile(r"^([a-z]+:)?nccl$|^([a-z]+:[a-z]+,)+[a-z]+:[a-z]+$")
 ENV_VAR_RE = re.compile(
     r"^(CUDA_[A-Z0-9_]+|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|PYTORCH_(CUDA_)?ALLOC_CONF|PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -201,7 +206,7 @@ def symbol_for(kind: str, name: str = "") -> str:
 
     * ``"api"``: a Python name, ``"torch.cuda.memory_allocated"`` or a patch target ``"torch.cuda:memory_allocated"``
     * ``"device-string"``: ``symbol_for("device-string", "cuda:1")`` -> ``"device-string:cuda"`` (index dropped)
-    * ``"device-compare"``: ``"cuda"``, ``"nccl"`` or ``"is_cuda"`` -> ``"device-compare:cuda"`` ...
+    * ``"device-compare"``: ``"cuda"``, ``"nccl"``, ``"is_cuda"`` or ``"tensor-type"`` -> ``"device-compare:cuda"`` ...
     * ``"method"``: ``"cuda"`` -> ``"method:cuda"`` (a ``.cuda()`` call)
     * ``"env"``: ``"CUDA_VISIBLE_DEVICES"`` -> ``"env:CUDA_VISIBLE_DEVICES"``
     * ``"program"``: ``"nvidia-smi"`` -> ``"program:nvidia-smi"``
@@ -214,8 +219,8 @@ def symbol_for(kind: str, name: str = "") -> str:
             raise ValueError(f"not a CUDA device string: {name!r}")
         return DEVICE_STRING_CUDA
     if kind == "device-compare":
-        if name not in ("cuda", "nccl", "is_cuda"):
-            raise ValueError(f"device-compare names are 'cuda', 'nccl' and 'is_cuda', not {name!r}")
+        if name not in ("cuda", "nccl", "is_cuda", "tensor-type"):
+            raise ValueError(f"device-compare names are 'cuda', 'nccl', 'is_cuda' and 'tensor-type', not {name!r}")
         return f"device-compare:{name}"
     if kind == "method":
         return f"method:{name}"
@@ -326,6 +331,7 @@ def classify_string(value: str) -> list[tuple[str, str, tuple[str, ...]]]:
 
 #: symbols scan reports that are not Python names
 FIXED_SYMBOLS = frozenset({DEVICE_STRING_CUDA, DEVICE_COMPARE_CUDA, DEVICE_COMPARE_NCCL, DEVICE_COMPARE_IS_CUDA,
+                           DEVICE_COMPARE_TENSOR_TYPE,
                            METHOD_CUDA, NVIDIA_SMI, NCCL, FP8, CUDA_GRAPH, REDUCE_OP_AVG, GRAD_SCALER_DEFAULT,
                            *METHOD_CUDA_KEYS, *IS_CUDA_KEYS})
 

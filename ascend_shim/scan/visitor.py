@@ -58,6 +58,7 @@ class Visitor(ast.NodeVisitor):
     def __init__(self, tree: ast.AST):
         self.findings: list[RawFinding] = []
         self.aliases: dict[str, str | None] = {}
+        self.imported: set[str] = set()  # top-level names of the absolute imports
         self._skip: set[int] = _docstring_nodes(tree)   # ids of nodes already reported (or docstrings)
         self._seen: set[tuple[int, int, str]] = set()
         self._collect_imports(tree)
@@ -76,12 +77,15 @@ class Visitor(ast.NodeVisitor):
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
+                    self.imported.add(a.name.partition(".")[0])
                     if a.asname:
                         self.aliases[a.asname] = a.name
                     else:
                         top = a.name.split(".")[0]
                         self.aliases[top] = top
             elif isinstance(node, ast.ImportFrom):
+                if not node.level and node.module:
+                    self.imported.add(node.module.partition(".")[0])
                 for a in node.names:
                     if a.name == "*":
                         continue
@@ -201,6 +205,10 @@ class Visitor(ast.NodeVisitor):
                     self._skip.add(id(v))
                     self._add(node, S.DEVICE_COMPARE, S.DEVICE_COMPARE_NCCL, (S.DEVICE_COMPARE_NCCL,),
                               'comparison with "nccl"')
+                elif S.CUDA_TENSOR_TYPE_RE.match(_str_const(v) or ""):
+                    self._skip.add(id(v))
+                    self._add(node, S.DEVICE_COMPARE, S.DEVICE_COMPARE_TENSOR_TYPE, (S.DEVICE_COMPARE_TENSOR_TYPE,),
+                              "comparison with " + _literal_text(v))
                 elif isinstance(v, ast.Call) and self.qualname(v.func) == "torch.device" and v.args \
                         and _is_cuda_literal(v.args[0]):
                     self._skip.add(id(v.args[0]))
@@ -286,10 +294,13 @@ def _apply_rewrite_rules(findings: list[RawFinding], source, filename: str) -> l
     return out
 
 
-def scan_source(source: bytes | str, filename: str = "<source>") -> list[RawFinding]:
-    """Findings of one source text (raises SyntaxError / ValueError when it does not parse)."""
+def scan_source(source: bytes | str, filename: str = "<source>", imports: set | None = None) -> list[RawFinding]:
+    """Findings of one source text (raises SyntaxError / ValueError when it does not parse); the top-level
+    names it imports absolutely are added to ``imports`` when given."""
     tree = ast.parse(source, filename=filename)
     v = Visitor(tree)
+    if imports is not None:
+        imports.update(v.imported)
     v.visit(tree)
     findings = _apply_rewrite_rules(v.findings, source, filename)
     findings.sort(key=lambda f: (f.line, f.col, f.symbol))

@@ -32,8 +32,13 @@ def npu():
 def tree(tmp_path, monkeypatch):
     """Directories ``proj`` (the root), ``other`` (outside it), ``proj/venv/lib/python3.11/site-packages``
     (a site dir under the root), all on ``sys.path``; ``tree.write(where, name, source)`` writes a module named
-    with a unique prefix (``{p}`` in sources). Uninstalls the rewrite and forgets the modules afterwards."""
+    with a unique prefix (``{p}`` in sources). The rewrite cache is a fresh ``tmp_path/cache``. Uninstalls the
+    rewrite and forgets the modules afterwards."""
     from ascend_shim import rewrite
+    from ascend_shim.rewrite import cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache.reset()
 
     prefix = f"rwtest{next(_counter)}_"
 
@@ -60,3 +65,4 @@ def tree(tmp_path, monkeypatch):
     yield t
     rewrite.uninstall()
     t.forget()
+    cache.reset()

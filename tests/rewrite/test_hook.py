@@ -91,15 +91,30 @@ def test_module_outside_roots_is_not_rewritten(tree):
     assert mod.check("npu") is False and mod.check("cuda") is True
 
 
-def test_site_packages_under_a_root_is_not_rewritten(tree):
+def test_an_installed_library_is_cuda_code_unless_native(tree):
+    """A library in site-packages that is not NPU-native believes in CUDA like the user's code (Lightning builds
+    cuda:0, gets npu:0, and must accept it); a native one keeps the real comparisons."""
+    from ascend_shim import callers
+
     tree.write(tree.site, "{p}lib.py", MOD)
-    rewrite.install([str(tree.proj)])
-    mod = importlib.import_module(tree.p + "lib")
-    assert mod.check("npu") is False
-    assert not rewrite.is_user_module(tree.p + "lib", mod.__file__)
+    tree.write(tree.site, "{p}nativelib.py", MOD)
+    added = callers.register_native(tree.p + "nativelib")
+    try:
+        rewrite.install([str(tree.proj)])
+        lib = importlib.import_module(tree.p + "lib")
+        assert lib.check("npu") is True and lib.backend_ok("hccl") is True
+        assert rewrite.is_user_module(tree.p + "lib", lib.__file__)
+        native = importlib.import_module(tree.p + "nativelib")
+        assert native.check("npu") is False and type(native.__spec__.loader) is not RewritingLoader
+    finally:
+        callers.unregister_native(*added)
+    notes = [n for n in REPORT.notes if n.startswith(rewrite.hook.LIBRARIES_NOTE)]
+    assert len(notes) == 1 and f"{tree.p}lib (3 sites in 1 modules)" in notes[0], REPORT.notes
+    treated, _, native = notes[0].partition("; NPU-native (real device, not rewritten): ")
+    assert "torch" in native.partition(" (")[0].split(", ") and tree.p + "nativelib" not in treated
 
 
-def test_stdlib_site_packages_torch_and_the_shim_are_never_users(tree):
+def test_stdlib_torch_and_the_shim_are_never_rewritten(tree):
     import json.decoder
 
     import pytest as pytest_mod
@@ -110,9 +125,10 @@ def test_stdlib_site_packages_torch_and_the_shim_are_never_users(tree):
     site_dir = os.path.dirname(os.path.dirname(pytest_mod.__file__))
     repo = os.path.dirname(os.path.dirname(shim_report.__file__))
     rewrite.install([stdlib, site_dir, repo, os.path.dirname(torch.__file__)])
-    for name, mod in [("json.decoder", json.decoder), ("pytest", pytest_mod), ("torch", torch),
-                      ("ascend_shim.report", shim_report)]:
+    for name, mod in [("json.decoder", json.decoder), ("torch", torch), ("torch.nn.modules.module",
+                      sys.modules["torch.nn.modules.module"]), ("ascend_shim.report", shim_report)]:
         assert not rewrite.is_user_module(name, mod.__file__), name
+    assert rewrite.is_user_module("pytest", pytest_mod.__file__)  # a library that is not NPU-native
     # a stdlib module imported fresh under a stdlib root keeps its normal loader
     sys.modules.pop("colorsys", None)
     colorsys = importlib.import_module("colorsys")

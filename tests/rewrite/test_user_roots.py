@@ -17,7 +17,8 @@ def test_default_rule_everything_outside_the_environment(tree):
     rewrite.install([])
     assert rewrite.is_user_module(tree.p + "a", str(tree.proj / "a.py"))
     assert rewrite.is_user_module(tree.p + "b", str(tree.other / "deep" / "b.py"))   # a sibling tree counts
-    assert not rewrite.is_user_module(tree.p + "c", str(tree.site / "c.py"))         # site-packages never
+    assert rewrite.is_user_module(tree.p + "c", str(tree.site / "c.py"))             # a library: CUDA code too
+    assert not rewrite.hook._finder.config.dir_is_users(str(tree.site))              # ... but not the user's
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         assert not rewrite.is_user_module("tool", os.path.join(prefix, "bin", "tool.py"))
         assert not rewrite.is_user_module("x", os.path.join(prefix, "share", "x", "x.py"))
@@ -36,7 +37,7 @@ def test_roots_narrow_and_extend(tree):
     assert rewrite.is_user_module("a", str(tree.proj / "a.py"))
     assert not rewrite.is_user_module("b", str(tree.other / "b.py"))                 # narrowed to the roots
     assert rewrite.is_user_module("m", os.path.join(sys.prefix, "src", "mine", "m.py"))  # a root in a prefix
-    assert not rewrite.is_user_module("c", str(tree.site / "c.py"))
+    assert rewrite.is_user_module("c", str(tree.site / "c.py"))  # libraries follow the native rule, not the roots
 
 
 def test_report_names_the_rule_and_the_roots_loaded_from(tree):
@@ -84,7 +85,7 @@ def project(tmp_path):
 
 
 def _run(python, proj, **env):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
     full.update(env)
     full["PYTHONPATH"] = REPO + os.pathsep + full.get("PYTHONPATH", "")
     return subprocess.run([python, "-m", "ascend_shim", "run", "--simulate", "--log-level", "off", "--report",
@@ -119,11 +120,13 @@ def test_editable_install_of_the_users_project_is_user_code(project, tmp_path):
     _assert_amp_on(_run(python, project), project)
 
 
-def test_submodules_of_environment_packages_are_left_to_the_other_finders(tree, monkeypatch):
-    """A package outside the user's code cannot hold user modules: the finder does not search for them (every
-    submodule search would otherwise be made twice when it fails)."""
+def test_submodules_of_packages_left_alone_are_left_to_the_other_finders(tree, monkeypatch):
+    """A package that cannot hold CUDA code to rewrite (the standard library's, an NPU-native library's): the
+    finder does not search for its submodules (every submodule search would otherwise be made twice when it
+    fails)."""
     import json
 
+    from ascend_shim import callers
     from ascend_shim.rewrite import hook
 
     rewrite.install([])
@@ -131,13 +134,17 @@ def test_submodules_of_environment_packages_are_left_to_the_other_finders(tree, 
     monkeypatch.setattr(hook.RewriteFinder, "_spec_from_others",
                         lambda self, name, *a: searched.append(name) or search(self, name, *a))
     assert hook._finder.find_spec("json.shimtest_missing", json.__path__) is None
-    tree.write(tree.site, "{p}sitepkg/__init__.py", "")
-    tree.write(tree.site, "{p}sitepkg/mod.py", "def f(d):\n    return d == 'cuda'\n")
+    tree.write(tree.site, "{p}nativepkg/__init__.py", "")
+    tree.write(tree.site, "{p}nativepkg/mod.py", "def f(d):\n    return d == 'cuda'\n")
     tree.write(tree.other, "{p}userpkg/__init__.py", "")
     tree.write(tree.other, "{p}userpkg/mod.py", "def f(d):\n    return d == 'cuda'\n")
-    assert __import__(tree.p + "sitepkg.mod").mod.f("npu") is False  # found by the others, not rewritten
+    added = callers.register_native(tree.p + "nativepkg")
+    try:
+        assert __import__(tree.p + "nativepkg.mod").mod.f("npu") is False  # found by the others, not rewritten
+    finally:
+        callers.unregister_native(*added)
     __import__(tree.p + "userpkg.mod")
-    assert searched == [tree.p + "sitepkg", tree.p + "userpkg", tree.p + "userpkg.mod"]
+    assert searched == [tree.p + "userpkg", tree.p + "userpkg.mod"]
 
 
 def test_a_root_below_a_package_outside_the_roots_is_still_the_users(tree, npu):
