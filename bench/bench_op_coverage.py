@@ -3,7 +3,8 @@
 Each case runs on npu tensors with the coverage check installed (the NPU's kernel list, as under ``--simulate``)
 and uninstalled, alternating in short rounds (the order flips every round); printed: ns per call (median over the
 rounds) and the median of the per-round ratios, which adjacent rounds keep robust to a loaded machine. Time is
-this thread's CPU time, which other processes on the machine do not add to. Cases: small
+this thread's CPU time, which other processes on the machine do not add to. The noise floor is the same ratio
+between two unchecked series (A/A). Cases: small
 ops with NPU kernels through the emulator's fallback (``x.add_(1)``, ``x + y``, ``x.mul(2.0)``, ``torch.mm``) and
 an NPU kernel the emulator runs as torch's decomposition, marked as one kernel (``torch._weight_norm``, the
 kernel behind ``nn.utils.weight_norm``). One intra-op thread: CPU time then counts all the work.
@@ -42,9 +43,9 @@ def main():
     a = torch.randn(8, 8, device="npu")
     env = {"torch": torch, "x": torch.zeros(8, device="npu"), "y": torch.ones(8, device="npu"), "a": a,
            "b": torch.randn(8, 8, device="npu"), "v": a, "g": torch.ones(8, 1, device="npu")}
-    timings = {name: {"off": [], "on": []} for name in CASES}
+    timings = {name: {"off": [], "on": [], "off again": []} for name in CASES}
     for round_ in range(args.rounds):
-        for state in (("off", "on") if round_ % 2 else ("on", "off")):
+        for state in (("off", "on", "off again") if round_ % 2 else ("on", "off again", "off")):
             if state == "on":
                 op_coverage.install_builtin()
             else:
@@ -60,7 +61,8 @@ def main():
     for name, t in timings.items():
         off, on = statistics.median(t["off"]), statistics.median(t["on"])
         ratio = statistics.median(b / a for a, b in zip(t["off"], t["on"]))
-        print(f"  {name:28s} unchecked {off:8.0f}  checked {on:8.0f}  ratio {ratio:.3f}")
+        floor = statistics.median(b / a for a, b in zip(t["off"], t["off again"]))
+        print(f"  {name:28s} unchecked {off:8.0f}  checked {on:8.0f}  ratio {ratio:.3f}  (A/A {floor:.3f})")
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ are judged by what reaches it.
 The emulated device does the same on either ``torch_npu`` layer, and each operator that falls back is listed in
 the migration report (category ``fallback``) at the call site of its first use: a dry run under ``--simulate``
 tells which operators will leave the NPU. The check runs in the emulator's C++ fallback (``csrc/op_coverage.cpp``);
-an operator with an NPU kernel costs a lookup in a per-thread table, and Python is asked once per operator
+an operator with an NPU kernel costs a lookup in a lock-free table, and Python is asked once per operator
 without one.
 
 The builtin layer reads the kernel list shipped for torch's release line (``data/npu_kernels_<line>.txt``,
@@ -33,7 +33,7 @@ from typing import Iterable
 
 from . import _extension
 
-__all__ = ["install_op_coverage", "install_builtin", "uninstall", "fallbacks", "shipped", "data_file"]
+__all__ = ["install_op_coverage", "install_builtin", "uninstall", "fallbacks", "shipped", "data_file", "reported_name"]
 
 _DATA = Path(__file__).with_name("data")
 _installed_from: str | None = None

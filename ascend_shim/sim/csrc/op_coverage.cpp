@@ -14,9 +14,8 @@
 // (the emulator runs some composite operators as one CPU kernel where the NPU runs torch's decomposition into
 // the `.out` operator) and to record the call site in the migration report.
 //
-// Where the NPU has a kernel for an operator that the emulator runs as torch's decomposition (scaled_dot_product_
-// attention, linalg_cholesky...), the decomposition may reach operators without NPU kernels that the NPU never
-// runs. Those composites get a kernel here that marks the thread while the decomposition runs ("scopes"); inside
+// Where the NPU has a kernel for an operator that the emulator runs as torch's decomposition (linalg_cholesky,
+// inverse, slogdet...), the decomposition may reach operators without NPU kernels that the NPU never runs. Those composites get a kernel here that marks the thread while the decomposition runs ("scopes"); inside
 // one, no operator warns. Which composites need it is measured (`set_tracing`), not guessed.
 #include "sim.h"
 
@@ -28,10 +27,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <deque>
 #include <ctime>
+#include <deque>
 #include <iomanip>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -61,14 +61,38 @@ std::atomic<bool> g_active{false};
 std::atomic<bool> g_tracing{false};
 std::atomic<int> g_scopes_running{0};  // scopes running on any thread: when 0, no thread needs its own look
 
-// The hot path's table: decided operators by a hash of their handle (a miss, or another operator in the slot,
-// takes the locked path). Published decisions are never freed, so a reader never sees a dangling one.
-constexpr size_t kSlots = 1024;
+// The hot path's table: decisions by a hash of their operator, open addressing with a short probe (a miss takes
+// the locked path). Slots only go from empty to a decision until an installation empties them all; decisions are
+// never freed, so a reader never holds a dangling one.
+constexpr size_t kSlots = 4096;
+constexpr size_t kProbes = 8;
 std::atomic<const Decision*> g_slots[kSlots];
 
-size_t slot_of(const c10::OperatorHandle& op) {
+size_t hash_of(const c10::OperatorHandle& op) {
   const size_t h = std::hash<c10::OperatorHandle>{}(op);
-  return ((h >> 4) ^ (h >> 14)) & (kSlots - 1);
+  return (h >> 4) ^ (h >> 16);
+}
+
+const Decision* published(const c10::OperatorHandle& op) {
+  const size_t h = hash_of(op);
+  for (size_t i = 0; i < kProbes; ++i) {
+    const Decision* d = g_slots[(h + i) & (kSlots - 1)].load(std::memory_order_acquire);
+    if (d == nullptr || d->op == op) return d;
+  }
+  return nullptr;
+}
+
+void publish_locked(const Decision* d) {
+  const size_t h = hash_of(d->op);
+  for (size_t i = 0; i < kProbes; ++i) {
+    auto& slot = g_slots[(h + i) & (kSlots - 1)];
+    const Decision* there = slot.load(std::memory_order_relaxed);
+    if (there == nullptr) {
+      slot.store(d, std::memory_order_release);
+      return;
+    }
+    if (there->op == d->op) return;
+  }  // a full probe window: this operator keeps taking the locked path
 }
 
 std::mutex g_mutex;  // guards everything below; never held while calling into Python
@@ -183,7 +207,7 @@ std::string resolve(const std::string& name, bool composite, bool refused) {
 
 // The locked path: the operator's decision, made on its first call (nullptr while another thread makes it).
 const Decision* decide(const c10::OperatorHandle& op) {
-  const std::string name = c10::toString(op.operator_name());
+  std::string name;
   Decision* d;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -191,14 +215,15 @@ const Decision* decide(const c10::OperatorHandle& op) {
     if (found != g_decided.end()) {
       d = found->second;
       if (d->verdict == Verdict::kPending) return nullptr;
-      g_slots[slot_of(op)].store(d, std::memory_order_release);
+      publish_locked(d);
       return d;
     }
+    name = c10::toString(op.operator_name());
     const bool listed = listed_locked(name);
     d = &g_store.emplace_back(Decision{op, listed ? Verdict::kNpuKernel : Verdict::kPending, ""});
     g_decided.emplace(op, d);
     if (listed) {
-      g_slots[slot_of(op)].store(d, std::memory_order_release);
+      publish_locked(d);
       return d;
     }
   }
@@ -219,8 +244,8 @@ const Decision* decide(const c10::OperatorHandle& op) {
         if (first) g_fallbacks.push_back(reported);
       }
     }
-    if (g_decided.count(op) && g_decided[op] == d)  // not forgotten by a new installation meanwhile
-      g_slots[slot_of(op)].store(d, std::memory_order_release);
+    const auto current = g_decided.find(op);
+    if (current != g_decided.end() && current->second == d) publish_locked(d);  // not forgotten meanwhile
   }
   if (first) print_caution(reported);
   return d;
@@ -258,6 +283,23 @@ void unregister_scopes() {
   g_scope_backend = g_scope_autograd = nullptr;
 }
 
+// The aten operator named "aten::name.overload", if torch has it.
+std::optional<c10::OperatorHandle> find_aten(const std::string& full) {
+  if (full.rfind("aten::", 0) != 0) return std::nullopt;
+  const auto dot = full.find('.');
+  return c10::Dispatcher::singleton().findOp(c10::OperatorName(
+      full.substr(0, dot), dot == std::string::npos ? "" : full.substr(dot + 1)));
+}
+
+// The composite kernel the emulator runs for `op` on the device (no PrivateUse1 kernel of its own), if any.
+std::optional<c10::DispatchKey> decomposition_of(const c10::OperatorHandle& op) {
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return std::nullopt;
+  for (const auto key : {c10::DispatchKey::CompositeImplicitAutograd, c10::DispatchKey::CompositeExplicitAutograd,
+                         c10::DispatchKey::CompositeExplicitAutogradNonFunctional})
+    if (op.hasKernelForDispatchKey(key)) return key;
+  return std::nullopt;
+}
+
 // Kernels at PrivateUse1 (and AutogradPrivateUse1 for CompositeImplicitAutograd, whose autograd is its
 // decomposition) for each named composite the emulator would decompose; returns the names registered.
 std::vector<std::string> register_scopes(const std::vector<std::string>& names) {
@@ -267,27 +309,23 @@ std::vector<std::string> register_scopes(const std::vector<std::string>& names) 
   g_scope_autograd = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradPrivateUse1,
                                         __FILE__, __LINE__);
   std::vector<std::string> registered;
-  auto& dispatcher = c10::Dispatcher::singleton();
   for (const std::string& raw : names) {
     const std::string full = qualified(raw);
-    if (full.rfind("aten::", 0) != 0) continue;
-    const std::string local = full.substr(6);
-    const auto dot = local.find('.');
-    const auto op = dispatcher.findOp(
-        c10::OperatorName("aten::" + local.substr(0, dot), dot == std::string::npos ? "" : local.substr(dot + 1)));
-    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
-    if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
-      constexpr auto k = c10::DispatchKey::CompositeImplicitAutograd;
-      g_scope_backend->impl(local.c_str(), torch::CppFunction::makeFromBoxedFunction<&npu_kernel_scope<k>>());
-      g_scope_autograd->impl(local.c_str(), torch::CppFunction::makeFromBoxedFunction<&npu_kernel_scope<k>>());
-    } else if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
-      constexpr auto k = c10::DispatchKey::CompositeExplicitAutograd;
-      g_scope_backend->impl(local.c_str(), torch::CppFunction::makeFromBoxedFunction<&npu_kernel_scope<k>>());
-    } else if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
-      constexpr auto k = c10::DispatchKey::CompositeExplicitAutogradNonFunctional;
-      g_scope_backend->impl(local.c_str(), torch::CppFunction::makeFromBoxedFunction<&npu_kernel_scope<k>>());
+    const auto op = find_aten(full);
+    const auto key = op ? decomposition_of(*op) : std::nullopt;
+    if (!key) continue;
+    const char* local = full.c_str() + 6;
+    using c10::DispatchKey;
+    if (*key == DispatchKey::CompositeImplicitAutograd) {
+      constexpr auto kernel = &npu_kernel_scope<DispatchKey::CompositeImplicitAutograd>;
+      g_scope_backend->impl(local, torch::CppFunction::makeFromBoxedFunction<kernel>());
+      g_scope_autograd->impl(local, torch::CppFunction::makeFromBoxedFunction<kernel>());
+    } else if (*key == DispatchKey::CompositeExplicitAutograd) {
+      g_scope_backend->impl(
+          local, torch::CppFunction::makeFromBoxedFunction<&npu_kernel_scope<DispatchKey::CompositeExplicitAutograd>>());
     } else {
-      continue;
+      g_scope_backend->impl(local, torch::CppFunction::makeFromBoxedFunction<
+                                       &npu_kernel_scope<DispatchKey::CompositeExplicitAutogradNonFunctional>>());
     }
     registered.push_back(full);
   }
@@ -296,20 +334,11 @@ std::vector<std::string> register_scopes(const std::vector<std::string>& names) 
 
 // The NPU kernels the emulator runs as a decomposition: listed operators whose PrivateUse1 slot is a composite.
 std::vector<std::string> decomposed_kernels() {
-  std::vector<std::string> out;
-  auto& dispatcher = c10::Dispatcher::singleton();
   std::lock_guard<std::mutex> lock(g_mutex);
+  std::vector<std::string> out;
   for (const std::string& full : g_kernels) {
-    if (full.rfind("aten::", 0) != 0) continue;
-    const std::string local = full.substr(6);
-    const auto dot = local.find('.');
-    const auto op = dispatcher.findOp(
-        c10::OperatorName("aten::" + local.substr(0, dot), dot == std::string::npos ? "" : local.substr(dot + 1)));
-    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
-    if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
-      out.push_back(full);
+    const auto op = find_aten(full);
+    if (op && decomposition_of(*op)) out.push_back(full);
   }
   return out;
 }
@@ -356,8 +385,8 @@ void check_op_coverage(const c10::OperatorHandle& op) {
       return;
     }
   }
-  const Decision* d = g_slots[slot_of(op)].load(std::memory_order_acquire);
-  if (d == nullptr || !(d->op == op)) d = decide(op);
+  const Decision* d = published(op);
+  if (d == nullptr) d = decide(op);
   if (d != nullptr && d->verdict == Verdict::kRefused) refuse(d->reported);
 }
 
