@@ -180,13 +180,28 @@ def _on_torch_import(generation: int, module) -> None:
 
 
 # -- child processes ----------------------------------------------------------------------------------------
-def _export_env(config: Config, backend: str, layer: str, root: bool) -> None:
-    """Children (torchrun workers, spawn, subprocess pythons) come up activated with the same settings."""
+def _activation_env(config: Config, backend: str, layer: str) -> dict[str, str]:
+    """The variables that activate a child Python the way this process is: its settings, the device backend
+    (``sim`` or ``npu``) and, on the emulated NPU, the layer resolved here."""
     wanted = dict(config.to_env())
     wanted["ASCEND_SHIM"] = "1"
     wanted["ASCEND_SHIM_BACKEND"] = backend
     if layer:
         wanted["ASCEND_SHIM_SIM_LAYER"] = layer
+    return wanted
+
+
+def child_env() -> dict[str, str]:
+    """What activates a worker started elsewhere (a Ray node) as this process is activated; ``{}`` if inactive."""
+    with _lock:
+        if not _state.active or _state.config is None:
+            return {}
+        return _activation_env(_state.config, _state.device_backend, _state.layer)
+
+
+def _export_env(config: Config, backend: str, layer: str, root: bool) -> None:
+    """Children (torchrun workers, spawn, subprocess pythons) come up activated with the same settings."""
+    wanted = _activation_env(config, backend, layer)
     if root and "ASCEND_SHIM_ROOT_PID" not in os.environ:
         wanted["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -318,10 +333,10 @@ def _deactivate_locked() -> None:
     _state.active = False
     _state.generation += 1
     hooks.clear()
-    backend_mod.unprepare()
     _run_undos("deactivate", [u for _, u in _state.undos])
     _state.undos = []
     patching.revert_all()
+    backend_mod.unprepare()  # after the patches: the emulator's own changes lie beneath theirs
     exit_signals.uninstall()
     _restore_env()
     for pid, info in REPORT.patches.items():

@@ -57,11 +57,11 @@ def bring_up(backend: str, layer: str = "") -> None:
     """Make ``torch.npu`` exist: import the real torch_npu (on an NPU, or over the emulated device), or install
     the emulator's own layer."""
     if backend == "npu" or layer == "real":
-        importlib.import_module("torch_npu")
-        if layer == "real":
-            from . import sim
+        if layer == "real":  # checked once torch_npu has finished importing (a program may import it first)
+            from . import hooks, sim
 
-            sim.check_autograd_engine()
+            hooks.when_imported("torch_npu", lambda module: sim.check_autograd_engine(module.npu))
+        importlib.import_module("torch_npu")
     elif backend == "sim":
         from . import sim
 
@@ -105,6 +105,10 @@ _torch_first = _TorchFirst()
 def prepare(backend: str, layer: str = "") -> None:
     """At activation, before torch is imported: on the real layer, put Huawei's prepared package in front of
     the emulated device; on the builtin layer, let ``import torch_npu`` come first."""
+    if backend == "sim":  # a build cache the emulator can never use stops the run here, in one line
+        from .build_cache import check_location
+
+        check_location()
     if layer == "real":
         from . import real_layer
 
@@ -114,7 +118,11 @@ def prepare(backend: str, layer: str = "") -> None:
 
 
 def unprepare() -> None:
+    """At deactivation: no finder of the shim's is left, and the emulator's own torch_npu layer goes (the device
+    stays registered, as torch requires)."""
     if _torch_first in sys.meta_path:
         sys.meta_path.remove(_torch_first)
+    if "ascend_shim.sim" in sys.modules:
+        sys.modules["ascend_shim.sim"].uninstall()
     if "ascend_shim.real_layer" in sys.modules:
         sys.modules["ascend_shim.real_layer"].disable()

@@ -26,7 +26,7 @@ LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "accelerate", 
 
 def _add_toggle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulate", action="store_true", help="use the emulated NPU (same as --backend sim)")
-    add_options(p, "backend", "disable", "only", "enable", "strict", "report", "log", "patch_modules")
+    add_options(p, "backend", "sim_layer", "disable", "only", "enable", "strict", "report", "log", "patch_modules")
 
 
 def config_from_args(ns) -> Config:
@@ -34,7 +34,7 @@ def config_from_args(ns) -> Config:
     backend = "sim" if ns.simulate else ns.backend
     if ns.simulate and ns.backend and ns.backend != "sim":
         raise ConfigError(f"--simulate contradicts --backend {ns.backend}")
-    return Config.from_env(backend=backend, disable=ns.disable, only=ns.only, enable=ns.enable,
+    return Config.from_env(backend=backend, sim_layer=ns.sim_layer, disable=ns.disable, only=ns.only, enable=ns.enable,
                            strict=ns.strict, log=ns.log, report=ns.report, patch_modules=ns.patch_modules)
 
 
@@ -67,13 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="environment checks before booking NPU time (see `doctor --help`)",
                    add_help=False)
     sub.add_parser("scan", help="static finder of CUDA-specific code (see `scan --help`)", add_help=False)
+    sub.add_parser("fetch-torch-npu", help="prepare Huawei's torch_npu Python to run over the emulated NPU (see "
+                                           "`fetch-torch-npu --help`)", add_help=False)
     return parser
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("doctor", "scan"):  # their own parsers take every option
-        module = importlib.import_module(f"ascend_shim.{argv[0]}")
+    own_parsers = {"doctor": "ascend_shim.doctor", "scan": "ascend_shim.scan",
+                   "fetch-torch-npu": "ascend_shim.real_layer.prepare"}
+    if argv and argv[0] in own_parsers:  # their own parsers take every option
+        module = importlib.import_module(own_parsers[argv[0]])
         try:
             return module.main(argv[1:])
         except ConfigError as exc:
@@ -102,7 +106,7 @@ def main(argv=None) -> int:
 
 
 # -- run ----------------------------------------------------------------------------------------------------
-_VALUE_OPTIONS = {"--backend", "--disable", "--only", "--enable", "--report", "--log-level", "--patch-modules"}
+_VALUE_OPTIONS = {"--backend", "--sim-layer", "--disable", "--only", "--enable", "--report", "--log-level", "--patch-modules"}
 
 
 def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -18,12 +18,20 @@ class PatchContext:
     def __init__(self, patch, config, backend: str):
         self.patch = patch
         self.config = config
+        #: the backend the patches serve: ``npu`` (hardware, and the emulated NPU under Huawei's torch_npu Python)
+        #: or ``sim`` (the emulated NPU under its builtin layer)
         self.backend = backend
         self.report = REPORT
         self.owner: Any = None
         self.attr: str = ""
         self.original: Any = None
         self.undos: list[Callable[[], None]] = []
+
+    @property
+    def emulated(self) -> bool:
+        """Is the device the emulated NPU (either torch_npu layer)? For patches that stand in for what hardware
+        discovery reads (device nodes, AscendCL), which the emulator does not have under any layer."""
+        return self.config is not None and self.config.backend == "sim"
 
     # -- undo-tracked helpers for patches that change more than their one target -----------------------------
     def replace(self, owner, attr: str, value, *, wrapper: bool = False, allow_missing: bool = False):

@@ -72,6 +72,7 @@ class Report:
         with self._lock:
             self.started = time.time()
             self.backend = ""
+            self.sim_layer = ""  # the torch_npu Python over the emulated NPU: "real", "builtin" ("" on hardware)
             self.sets: dict[str, dict] = {}
             self.patches: dict[str, dict] = {}
             self._events: dict[tuple, list] = {}  # (category, api, detail, code, line) -> [count]
@@ -198,7 +199,7 @@ class Report:
         return {
             "schema": SCHEMA,
             "process": {"pid": os.getpid(), "rank": process_rank(), "argv": list(sys.argv),
-                        "backend": self.backend, "started": self.started, "ended": time.time()},
+                        "backend": self.backend, "sim_layer": self.sim_layer, "started": self.started, "ended": time.time()},
             "patch_sets": sets, "patches": patches, "events": self.events(), "notes": notes,
         }
 
@@ -431,7 +432,9 @@ def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) 
     count = lambda d, s: sum(1 for v in d.values() if v.get("status") == s)  # noqa: E731
     head = "ascend_shim migration report"
     if proc:
-        head += f" (backend {printable(proc.get('backend') or '?')}, pid {printable(proc.get('pid'))}"
+        layer = {"real": ", emulated NPU under Huawei's torch_npu Python (real layer)",
+                 "builtin": ", emulated NPU (builtin layer)"}.get(proc.get("sim_layer") or "", "")
+        head += f" (backend {printable(proc.get('backend') or '?')}{layer}, pid {printable(proc.get('pid'))}"
         head += f", rank {proc['rank']})" if proc.get("rank") is not None else ")"
     elif rep.get("processes"):
         head += f" ({len(rep['processes'])} processes merged)"

@@ -58,14 +58,9 @@ def _chained(user_hook):
 
 def shim_env_vars() -> dict[str, str]:
     """The variables that reproduce this process's activation in a worker (the emulator's ones included)."""
-    from ascend_shim.activation import current_backend, current_config
+    from ascend_shim.activation import child_env
 
-    config = current_config()
-    if config is None:
-        return {}
-    env = dict(config.to_env())
-    env["ASCEND_SHIM"] = "1"
-    env["ASCEND_SHIM_BACKEND"] = current_backend()
+    env = child_env()
     env.update({k: v for k, v in os.environ.items() if k.startswith("ASCEND_SHIM_SIM_")})
     return env
 
@@ -134,7 +129,7 @@ def submit_job(ctx):
 def _sim_only(ctx):
     from ascend_shim.errors import NotNeeded
 
-    if ctx.backend != "sim":
+    if not ctx.emulated:
         raise NotNeeded("real NPUs: Ray detects them through AscendCL or /dev/davinci*")
 
 
@@ -187,7 +182,7 @@ def _no_npu_on_this_node(reason: str) -> None:
 def npu_node_check(ctx):
     from ascend_shim.errors import NotNeeded
 
-    if ctx.config.backend == "sim":
+    if ctx.emulated:
         raise NotNeeded("the emulated NPU: its devices are counted by ray.sim_npu_count")
     orig = ctx.original
 

@@ -130,11 +130,11 @@ def jiterator_at_import(ctx):
     ctx.replace(torch.cuda, "jiterator", _RealhfJiterator("torch.cuda.jiterator", current.__doc__))
 
 
-def node_npu_count(backend: str) -> int:
+def node_npu_count(emulated: bool) -> int:
     """The NPUs of this node, counted without touching the device runtime (as realhf counts GPUs): the
     ``/dev/davinci<N>`` nodes of a real Ascend box; with the emulated NPU, its device count (every device of the
     node, before ASCEND_RT_VISIBLE_DEVICES narrows what one process sees)."""
-    if backend == "sim":
+    if emulated:
         from ascend_shim.config import setting
 
         return int(setting("sim_devices"))
@@ -152,14 +152,14 @@ def node_npu_count(backend: str) -> int:
                    "emulated NPU, its device count), reported; a node with NVIDIA device nodes keeps realhf's count.",
               remove_when=REMOVE)
 def gpu_count(ctx):
-    orig, report, backend = ctx.original, ctx.report, ctx.backend
+    orig, report, emulated = ctx.original, ctx.report, ctx.emulated
 
     @functools.wraps(orig)
     def gpu_count():
         found = orig()
         if found:
             return found
-        npus = node_npu_count(backend)
+        npus = node_npu_count(emulated)
         report.translated("realhf gpu_count (/dev/nvidia*)", f"{npus} NPUs of this node")
         return npus
 

@@ -35,6 +35,14 @@ else:
 _activation.set_summary_printing(False)  # the exit summary is for users, not for the test runner's output
 
 
+@pytest.fixture(autouse=True)
+def emulated_npu_layer():
+    """Each test starts with the emulator's torch_npu layer in place: a deactivate() in an earlier test takes the
+    builtin layer away (as it must for users), the device itself stays."""
+    ascend_shim.sim.install()
+    yield
+
+
 @pytest.fixture
 def clean_shim():
     """Deactivate after the test, whatever it did."""

@@ -22,6 +22,7 @@ from . import prepare
 
 _lock = threading.Lock()
 _enabled_site: str | None = None
+_native_built = False  # once Huawei's torch_npu has brought the device up, it stays (torch cannot undo it)
 
 
 def find_prepared(version: str | None = None) -> Path | None:
@@ -90,9 +91,12 @@ class _PreparedPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader)
         return importlib.metadata.MetadataPathFinder.find_distributions(here)
 
     def create_module(self, spec):
+        global _native_built
         from . import native
 
-        return native.build(spec.name)
+        module = native.build(spec.name)
+        _native_built = True
+        return module
 
     def exec_module(self, module):
         pass
@@ -125,6 +129,11 @@ def disable() -> None:
 
 def enabled_site() -> str | None:
     return _enabled_site
+
+
+def native_layer_built() -> bool:
+    """Has Huawei's torch_npu been imported over the emulated device in this process?"""
+    return _native_built
 
 
 def running_version() -> str | None:

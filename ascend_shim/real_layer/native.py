@@ -118,7 +118,7 @@ C.provide("_npu_getCurrentRawStream", lambda device_index=None: 0)
 C.provide("_npu_getCurrentRawStreamNoWait", lambda device_index=None: 0)
 _OPTIONS: dict[str, str] = {}
 C.provide("_npu_setOption", lambda options: _OPTIONS.update({str(k): str(v) for k, v in dict(options).items()}))
-C.provide("_npu_getOption", lambda name: _OPTIONS.get(str(name)))
+C.provide("_npu_getOption", lambda name: None if str(name) not in _OPTIONS else _OPTIONS[str(name)].encode())
 C.not_emulated_class("_MemPool", "_NPUGraph", "_NPUShapeHandling")
 C.not_emulated("_graph_pool_handle", "_graph_task_group_begin", "_graph_task_group_end", "_graph_task_update_begin",
                "_graph_task_update_end", "_super_kernel_scope_begin", "_super_kernel_scope_end", "_npu_from_dlpack",

@@ -41,7 +41,7 @@ import torch
 from .. import virtual
 from . import _extension, counters, reductions, torch_npu_kernels
 
-__all__ = ["install", "install_device", "is_installed", "layer", "cpu_alias", "npu_alias", "DEVICE_NAME"]
+__all__ = ["install", "uninstall", "install_device", "is_installed", "layer", "cpu_alias", "npu_alias", "DEVICE_NAME"]
 
 DEVICE_NAME = "Ascend910B3"
 
@@ -57,7 +57,7 @@ def is_installed() -> bool:
 
 def install() -> None:
     """Make the emulated NPU available with its own ``torch_npu`` layer (the builtin facade); idempotent and
-    thread-safe.
+    thread-safe. Nothing to do where Huawei's torch_npu Python (the real layer) has brought the device up.
 
     Call it before the process's first ``backward()``: torch sizes its autograd device queues once, at the first
     backward, and a device registered later cannot run backward (install() checks this and raises).
@@ -71,8 +71,7 @@ def install() -> None:
         if _installed or _installing:
             return
         if layer() == "real":
-            raise RuntimeError("the emulated NPU runs Huawei's torch_npu Python in this process (the real layer); "
-                               "its builtin torch_npu layer cannot be installed beside it")
+            return  # Huawei's torch_npu Python already runs over the device in this process; one layer only
         _installing = True
         try:
             install_device()
@@ -80,6 +79,38 @@ def install() -> None:
             _installed = True
         finally:
             _installing = False
+
+
+#: library probes that cache whether ``torch_npu`` is importable (module, function): their answers are
+#: forgotten whenever the builtin layer comes or goes
+_CACHED_NPU_PROBES = (("transformers.utils.import_utils", "is_torch_npu_available"),
+                      ("accelerate.utils.imports", "is_npu_available"))
+
+
+def uninstall() -> None:
+    """Take the builtin ``torch_npu`` layer away (the shim's deactivation): ``import torch_npu`` and its
+    distribution metadata are gone again, libraries' cached NPU probes are forgotten, ``Tensor.type`` and torch's
+    storage classes are torch's own. The device stays, as after importing torch_npu: torch cannot unregister a
+    PrivateUse1 backend or its ``torch.npu`` module, and tensors already on the device remain usable.
+    :func:`install` brings the layer back."""
+    global _installed
+    with _lock:
+        if not _installed:
+            return
+        from . import tensor_types
+
+        virtual.unregister_alias("torch_npu")
+        virtual.unregister_distribution("torch_npu")
+        tensor_types.uninstall()
+        _forget_npu_probes()
+        _installed = False
+
+
+def _forget_npu_probes() -> None:
+    for module_name, function in _CACHED_NPU_PROBES:
+        probe = getattr(sys.modules.get(module_name), function, None)
+        if hasattr(probe, "cache_clear"):
+            probe.cache_clear()
 
 
 def install_device() -> None:
@@ -113,7 +144,7 @@ def layer() -> str:
     """Which ``torch_npu`` Python runs over the emulated device: ``builtin`` (the emulator's own), ``real``
     (Huawei's, enabled by :mod:`ascend_shim.real_layer`) or ``""`` (none yet)."""
     real = sys.modules.get("ascend_shim.real_layer")
-    if real is not None and real.enabled_site() is not None:
+    if real is not None and real.native_layer_built():
         return "real"
     return "builtin" if _installed else ""
 
@@ -143,7 +174,6 @@ def torch_base_version() -> str:
 
 
 def _install_builtin_layer() -> None:
-    native = _extension.load()
     _generate_npu_methods()
     from . import tensor_types
     from .torch_npu import npu as npu_module
@@ -157,18 +187,26 @@ def _install_builtin_layer() -> None:
 
     virtual.register_alias("torch_npu", f"{__name__}.torch_npu")
     virtual.register_distribution("torch_npu", torch_base_version(), "Emulated torch_npu (ascend_shim sim backend)")
-    if native.device_count():  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no npu backward
-        check_autograd_engine()
-        _forget_probe(native)
+    from .torch_npu.npu import utils
+
+    check_autograd_engine(utils)
     _register_hccl()
     reductions.install()
+    _forget_npu_probes()
     from .op_coverage import install_builtin as _install_op_coverage
 
     _install_op_coverage()  # which ops the NPU has kernels for: torch_npu's CPU-fallback warning per op
 
 
-def check_autograd_engine() -> None:
-    """Fail clearly when the device came up after the process's first backward (see :func:`install`)."""
+def check_autograd_engine(npu_state) -> None:
+    """Fail clearly when the device came up after the process's first backward (see :func:`install`).
+
+    The probe is the emulator's use of the device, not the program's: afterwards the device state is
+    uninitialized again (``npu_state._initialized``, the torch_npu layer's flag behind ``torch.npu.is_initialized()``)
+    until the program itself makes an npu tensor or asks for the runtime."""
+    native = _extension.load()
+    if not native.device_count():  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no backward
+        return
     probe = torch.ones(1, device="npu", requires_grad=True)
     try:
         probe.sum().backward()
@@ -178,16 +216,9 @@ def check_autograd_engine() -> None:
             "autograd device queues without the npu device, so npu tensors cannot run backward in this process. "
             "Install the emulator earlier (before any backward), e.g. through `ascend_shim run` or at import."
         ) from exc
-
-
-def _forget_probe(native) -> None:
-    """The probe is the emulator's use of the device, not the program's: the device state stays uninitialized
-    (``torch.npu.is_initialized()``) until the program itself makes an npu tensor or asks for the runtime."""
-    from .torch_npu.npu import utils
-
     for index in range(native.device_count()):
         native.reset_accumulated(index)
-    utils._initialized = False
+    npu_state._initialized = False
 
 
 def _name_privateuse1() -> None:

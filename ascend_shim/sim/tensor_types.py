@@ -105,19 +105,26 @@ def uninstall() -> None:
 
 
 def install_type_method() -> None:
-    """Let ``Tensor.type`` accept the typed classes (torch only knows its own C++ tensor types); idempotent."""
+    """Let ``Tensor.type`` accept the typed classes (torch only knows its own C++ tensor types); idempotent, and
+    the same wrapper each time the layer comes back."""
+    global _type_method
     original = torch.Tensor.type
     if getattr(original, "_ascend_shim_sim", False):
         return
+    if _type_method is None or _type_method.__wrapped__ is not original:
 
-    @functools.wraps(original)
-    def type(self, dtype=None, non_blocking=False, **kwargs):
-        name = tensor_type_name(dtype)
-        if name is not None:
-            dtype = name
-        if dtype is None:
-            return original(self, **kwargs) if kwargs else original(self)
-        return original(self, dtype, non_blocking, **kwargs)
+        @functools.wraps(original)
+        def type(self, dtype=None, non_blocking=False, **kwargs):
+            name = tensor_type_name(dtype)
+            if name is not None:
+                dtype = name
+            if dtype is None:
+                return original(self, **kwargs) if kwargs else original(self)
+            return original(self, dtype, non_blocking, **kwargs)
 
-    type._ascend_shim_sim = True
-    torch.Tensor.type = type
+        type._ascend_shim_sim = True
+        _type_method = type
+    torch.Tensor.type = _type_method
+
+
+_type_method = None
