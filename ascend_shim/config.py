@@ -114,6 +114,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Where the emulator's C++ extensions are built and cached (default `~/.cache/ascend_shim/sim`)."),
     EnvVar("ASCEND_SHIM_SIM_BUILD_VERBOSE", "sim_build_verbose", "0", "0 | 1",
            "Show the compiler output when the emulator's extensions are built."),
+    EnvVar("ASCEND_SHIM_SIM_BUILD_TIMEOUT", "sim_build_timeout", "1200", "seconds, 1 .. 86400",
+           "How long a process waits for another process's build of the emulator's extensions (every rank "
+           "but one waits on a first run) before it gives up with an error; after a few seconds it says "
+           "what it waits for."),
     EnvVar("ASCEND_SHIM_SIM_CANN_VERSION", "sim_cann_version", "", "a CANN version, e.g. 8.3.RC1",
            "The CANN version the emulated `torch_npu` reports (default: the line paired with the installed torch)."),
     EnvVar("ASCEND_SHIM_SIM_HCCL_AVG", "sim_hccl_avg", "", "reject | sum_div",
@@ -190,6 +194,7 @@ class Config:
     sim_devices: int = 8
     sim_build_dir: str = ""
     sim_build_verbose: bool = False
+    sim_build_timeout: int = 1200
     sim_cann_version: str = ""
     sim_hccl_avg: str = ""
     sim_hccl_no_alias: bool = False
@@ -278,6 +283,8 @@ def _coerce(var: EnvVar, raw):
     if var.field == "sim_build_dir":
         value = str(raw).strip()
         return os.path.expanduser(value) if value else ""
+    if var.field == "sim_build_timeout":
+        return _parse_int(name, raw, 1, 86400)
     if var.field == "sim_cann_version":
         value = str(raw).strip()
         if value and not re.fullmatch(r"\d+\.\d+(\.[A-Za-z0-9]+)*", value):

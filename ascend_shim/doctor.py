@@ -15,7 +15,8 @@ driver (``/usr/local/Ascend/driver``, its ``version.info``), ``npu-smi`` and the
 visible devices (``ASCEND_RT_VISIBLE_DEVICES`` vs a leftover ``CUDA_VISIBLE_DEVICES``); the HCCL variables;
 leftover ``NCCL_*`` variables; the target libraries of the registered patch sets against the version ranges
 those sets declare (read from the patch-set metadata, never from a list kept here); vllm / vllm-ascend /
-numpy; flash-attn vs flash-attn-npu; and, on the emulator, the C++ toolchain it builds with.
+numpy; flash-attn vs flash-attn-npu; and, on the emulator, the C++ toolchain it builds with and its build cache
+(owner and mode, the integrity of each cached extension, whether a build can be stored there).
 
 **CANN version source.** The version is read from ``<home>/<arch>-linux/ascend_toolkit_install.info``, the
 ``key=value`` file whose ``version=`` field Ascend's installation guide tells users to ``cat`` (e.g.
@@ -670,10 +671,37 @@ def check_sim_toolchain(ctx: _Ctx) -> list[Check]:
     return out
 
 
+def check_sim_cache(ctx: _Ctx) -> list[Check]:
+    """The emulator's build cache, judged by the rule its loader applies (nothing on disk is changed)."""
+    if ctx.hardware:
+        return []
+    from . import build_cache
+    from .sim import _extension
+
+    out: list[Check] = []
+    for ext in (_extension.SIM, _extension.HCCL):
+        entry = build_cache.Entry(_extension.build_dir(ext, ctx.e.env), ext.name)
+        state = build_cache.inspect(entry)
+        if state.status == "ok":
+            check = Check("sim-cache", "ok", f"{ext.name}: cached build verified ({entry.directory})")
+        elif state.status == "missing":
+            check = Check("sim-cache", "info", f"{ext.name}: not built yet; its first use builds it into "
+                          f"{entry.directory} (about a minute)")
+        elif state.status == "damaged":
+            check = Check("sim-cache", "warn", f"{ext.name}: damaged cached build ({state.detail}); the next run "
+                          f"rebuilds it (about a minute)", f"nothing to do, or delete {entry.directory}")
+        else:  # unsafe or unusable: the run stops
+            message, _, fix = state.detail.partition(" Fix: ")
+            check = Check("sim-cache", "FAIL", message, fix)
+        if all(c.message != check.message for c in out):  # a root-level finding is said once
+            out.append(check)
+    return out
+
+
 CHECKS: tuple[Callable[[_Ctx], list[Check]], ...] = (
     check_backend, check_python, check_torch, check_cann_env, check_cann_version, check_driver,
     check_visible_devices, check_hccl, check_nccl_leftovers, check_target_libraries, check_vllm, check_flash_attn,
-    check_sim_toolchain,
+    check_sim_toolchain, check_sim_cache,
 )
 
 

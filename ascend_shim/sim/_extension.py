@@ -4,18 +4,18 @@ Two extensions: :data:`SIM`, the PrivateUse1 device (``csrc/*.cpp``), and :data:
 process-group backend (``csrc/hccl/``). The first use compiles an extension with
 ``torch.utils.cpp_extension.load`` (which needs ``ninja``) into a cache directory keyed by the torch version,
 the Python ABI and a hash of the sources and flags. Later processes (every rank under torchrun) import the cached
-``.so`` directly, with no ninja run. Concurrent first builds serialize on a file lock.
+``.so`` directly, with no ninja run. What may be loaded from the cache, and how a build gets there, is
+:mod:`ascend_shim.build_cache`'s rule.
 
 Environment:
     ASCEND_SHIM_SIM_BUILD_DIR      root of the build cache (default ``~/.cache/ascend_shim/sim``)
     ASCEND_SHIM_SIM_BUILD_VERBOSE  set to 1 to see the compiler output
+    ASCEND_SHIM_SIM_BUILD_TIMEOUT  seconds to wait for another process's build (default 1200)
 """
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
-import importlib.util
 import os
 import shutil
 import sys
@@ -23,11 +23,12 @@ import sysconfig
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import Mapping
 
 import torch
 
 from ..config import setting as _setting
+from ..build_cache import _import_built, cache_root, load_or_build  # noqa: F401  (entry points of the cache)
 
 _BUILD_RECIPE = "1"  # bump when the build logic changes in a way the sources do not show
 
@@ -67,38 +68,8 @@ def cache_key(ext: Extension = SIM) -> str:
     return f"{ext.key_prefix}torch{torch_tag}-{digest.hexdigest()[:16]}"
 
 
-def cache_root() -> Path:
-    root = _setting("sim_build_dir")
-    return Path(root) if root else Path.home() / ".cache" / "ascend_shim" / "sim"
-
-
-def build_dir(ext: Extension = SIM) -> Path:
-    return cache_root() / cache_key(ext)
-
-
-def _import_built(so_path: Path, name: str = SIM.name) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, so_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-    return module
-
-
-def load_or_build(name: str, directory: Path, build: Callable[[Path], ModuleType]) -> ModuleType:
-    """The extension ``name``: imported from ``directory`` when built there already, else built by
-    ``build(directory)``. Concurrent first builds (every rank under torchrun) serialize on a file lock."""
-    if name in sys.modules:  # loaded already under another import path
-        return sys.modules[name]
-    so_path = directory / f"{name}.so"
-    if not so_path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(directory.parent / f"{directory.name}.lock", "w") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)  # released by the OS even if this process dies
-            if not so_path.exists():
-                module = build(directory)
-                sys.modules[name] = module  # torch's loader does not register it; the op modules look it up
-                return module
-    return _import_built(so_path, name)
+def build_dir(ext: Extension = SIM, environ: Mapping[str, str] | None = None) -> Path:
+    return cache_root(environ) / cache_key(ext)
 
 
 def _ninja_dir() -> str | None:
@@ -122,8 +93,6 @@ def _ninja_dir() -> str | None:
 def _build(ext: Extension, directory: Path, verbose: bool) -> ModuleType:
     from torch.utils import cpp_extension
 
-    # torch's own baton file is left behind if a build is killed; our flock is held, so it is stale.
-    (directory / "lock").unlink(missing_ok=True)
     ninja_dir, path = _ninja_dir(), os.environ.get("PATH")
     if ninja_dir:  # torch runs `ninja` from PATH
         os.environ["PATH"] = ninja_dir + os.pathsep + (path or "")
