@@ -223,8 +223,11 @@ def _live_storages(index: int | None) -> list[tuple[int, int, int]]:
         if issubclass(type(obj), torch.Tensor) and not obj.is_meta and obj.device.type == "npu":
             try:  # fake and functional tensors (torch.compile's tracing) have no data pointer
                 storage = obj.untyped_storage()
-                if storage.nbytes() and obj.device.index in devices:
-                    seen[(obj.device.index, storage.data_ptr())] = storage.nbytes()
+                nbytes = storage.nbytes()
+                if type(nbytes) is not int or not storage.data_ptr():  # a fake tensor kept alive, symbolic size
+                    continue
+                if nbytes and obj.device.index in devices:
+                    seen[(obj.device.index, storage.data_ptr())] = nbytes
             except (RuntimeError, NotImplementedError):
                 continue
     found = [(d, addr, size) for (d, addr), size in sorted(seen.items())]
