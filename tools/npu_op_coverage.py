@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 def read_wheel(path: str) -> tuple[str, list[str]]:
     """(torch_npu version, operators with NPU kernels) of a torch-npu wheel."""
-    from ascend_shim.real_layer.prepare import _npu_metadata, _version_of
+    from ascend_shim.real_layer.prepare import npu_metadata, version_of
 
     with zipfile.ZipFile(path) as zf:
-        return _version_of(zf), _npu_metadata(zf)["aten_kernels"]
+        return version_of(zf), npu_metadata(zf)["aten_kernels"]
 
 
 def _samples_of(op, device: str):

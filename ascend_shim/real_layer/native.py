@@ -129,14 +129,19 @@ C.not_emulated("_graph_pool_handle", "_graph_task_group_begin", "_graph_task_gro
 
 @C.provide("_initExtension")
 def _init_extension():
-    """The real one finishes torch_npu's C++ registration; here: the device core, then the typed tensor classes
-    (``torch.npu.FloatTensor`` ...), which torch_npu's C++ creates at this point."""
+    """The real one finishes torch_npu's C++ registration; here: the device core, the typed tensor classes
+    (``torch.npu.FloatTensor`` ...), which torch_npu's C++ creates at this point, and its CPU fallback for the
+    operators without an NPU kernel in the prepared wheel."""
     import torch_npu
 
-    from ..sim import tensor_types
+    from ..sim import op_coverage, tensor_types
+    from .loader import prepared_metadata
 
     sim.install_device()
     tensor_types.install(torch_npu.npu)
+    meta = prepared_metadata()
+    line = ".".join(meta["torch_npu"].split(".")[:2])
+    op_coverage.install_op_coverage(meta["aten_kernels"], release=line)  # the wheel's own list of NPU kernels
 
 
 # -- devices ------------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def read_yaml_functions(text: str) -> dict[str, list[str]]:
     return sections
 
 
-def _npu_metadata(zf: zipfile.ZipFile) -> dict:
+def npu_metadata(zf: zipfile.ZipFile) -> dict:
     yamls = {}
     for name in _YAMLS:
         try:
@@ -92,7 +92,7 @@ def _npu_metadata(zf: zipfile.ZipFile) -> dict:
     return {"npu_schemas": schemas, "aten_kernels": kernels}
 
 
-def _version_of(zf: zipfile.ZipFile) -> str:
+def version_of(zf: zipfile.ZipFile) -> str:
     text = zf.read("torch_npu/version.py").decode()
     match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
     if not match:
@@ -136,7 +136,7 @@ def prepare(wheel: str | os.PathLike | None = None, version: str | None = None) 
         except zipfile.BadZipFile:
             raise ConfigError(f"{path} is not a wheel (not a zip archive)") from None
         with zf:
-            got = _version_of(zf)
+            got = version_of(zf)
             if wheel is None and got != wanted:
                 raise ConfigError(f"the package index gave torch-npu {got}, not {wanted}")
             staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{got}-"))
@@ -155,7 +155,7 @@ def prepare(wheel: str | os.PathLike | None = None, version: str | None = None) 
             placeholder.parent.mkdir(parents=True, exist_ok=True)
             placeholder.write_bytes(b"")
             meta = {"format": FORMAT, "torch_npu": got, "wheel": path.name, "sha256": digest, "files_kept": kept,
-                    "native_left_out": len(left_out), **_npu_metadata(zf)}
+                    "native_left_out": len(left_out), **npu_metadata(zf)}
         (staging / "prepared.json").write_text(json.dumps(meta, indent=1))
         final = prepared_dir(got)
         if final.exists():
