@@ -13,6 +13,7 @@ from typing import Mapping
 from .errors import ConfigError
 
 BACKENDS = ("npu", "sim", "auto")
+SIM_LAYERS = ("real", "builtin", "auto")
 LOG_LEVELS = ("debug", "info", "warning", "error", "off")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -110,6 +111,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "libraries follow the NPU-native rule whatever the roots."),
     EnvVar("ASCEND_SHIM_SIM_DEVICES", "sim_devices", "8", f"1 .. {MAX_SIM_DEVICES}",
            "Number of emulated NPUs (`sim` backend)."),
+    EnvVar("ASCEND_SHIM_SIM_LAYER", "sim_layer", "auto", "real | builtin | auto",
+           "The `torch_npu` Python that runs over the emulated NPU. `real`: Huawei's torch_npu package, prepared "
+           "by `ascend-shim fetch-torch-npu`, over a stand-in of its native layer; the shim then runs its `npu` "
+           "backend code, as on hardware. `builtin`: the emulator's own torch_npu. `auto`: `real` when it is "
+           "prepared for the installed torch.",
+           flag="--sim-layer", flag_help="real | builtin | auto", choices=SIM_LAYERS),
+    EnvVar("ASCEND_SHIM_TORCH_NPU_DIR", "torch_npu_dir", "", "a directory",
+           "Where `fetch-torch-npu` keeps the prepared torch_npu packages (default `~/.cache/ascend_shim/torch_npu`)."),
     EnvVar("ASCEND_SHIM_SIM_BUILD_DIR", "sim_build_dir", "", "a directory",
            "Where the emulator's C++ extensions are built and cached (default `~/.cache/ascend_shim/sim`)."),
     EnvVar("ASCEND_SHIM_SIM_BUILD_VERBOSE", "sim_build_verbose", "0", "0 | 1",
@@ -192,6 +201,8 @@ class Config:
     native_packages: tuple[str, ...] = ()
     user_roots: tuple[str, ...] = ()
     sim_devices: int = 8
+    sim_layer: str = "auto"
+    torch_npu_dir: str = ""
     sim_build_dir: str = ""
     sim_build_verbose: bool = False
     sim_build_timeout: int = 1200
@@ -280,7 +291,12 @@ def _coerce(var: EnvVar, raw):
         if isinstance(raw, str) and not raw.strip():
             return Config.sim_devices  # empty: unset, as the emulator reads it
         return _parse_int(name, raw, 1, MAX_SIM_DEVICES)
-    if var.field == "sim_build_dir":
+    if var.field == "sim_layer":
+        value = str(raw).strip().lower() or "auto"
+        if value not in SIM_LAYERS:
+            raise ConfigError(f"{name}={raw!r} is not a layer; valid values: {', '.join(SIM_LAYERS)}")
+        return value
+    if var.field in ("sim_build_dir", "torch_npu_dir"):
         value = str(raw).strip()
         return os.path.expanduser(value) if value else ""
     if var.field == "sim_build_timeout":

@@ -156,11 +156,31 @@ def _py(v) -> str:
 def check_backend(ctx: _Ctx) -> list[Check]:
     if ctx.backend == "sim":
         return [Check("backend", "info", "backend sim: checking for the emulated NPU (CPU-backed); hardware checks "
-                      "(CANN, driver, npu-smi, devices) are informational")]
+                      "(CANN, driver, npu-smi, devices) are informational"), _check_sim_layer(ctx)]
     if ctx.backend == "npu":
         return [Check("backend", "info", "backend npu: checking the real torch_npu / CANN / driver stack")]
     return [Check("backend", "info", "backend auto: resolves to npu when torch_npu is importable (never a silent "
                   "CPU fallback); checking the NPU stack", "use --simulate / ASCEND_SHIM_BACKEND=sim for the emulator")]
+
+
+def _check_sim_layer(ctx: _Ctx) -> Check:
+    """Which torch_npu Python the dry run will use over the emulated NPU."""
+    from . import backend as backend_mod
+    from .real_layer import find_prepared
+
+    setting = getattr(ctx.config, "sim_layer", None) or "auto"
+    try:
+        layer = backend_mod.resolve_layer("sim", setting)
+    except ConfigError as exc:
+        return Check("sim-layer", "FAIL", str(exc), "python -m ascend_shim fetch-torch-npu")
+    if layer == "real":
+        where = find_prepared()
+        return Check("sim-layer", "ok", f"real layer: Huawei's torch_npu Python prepared in {where} runs over the "
+                     f"emulated NPU, and the shim runs its npu backend code, as on hardware")
+    advice = ("python -m ascend_shim fetch-torch-npu (then the dry run uses Huawei's torch_npu Python and the "
+              "shim's npu backend code)") if setting == "auto" else ""
+    return Check("sim-layer", "info", f"builtin layer: the emulator's own torch_npu (ASCEND_SHIM_SIM_LAYER={setting})",
+                 advice)
 
 
 def check_python(ctx: _Ctx) -> list[Check]:
