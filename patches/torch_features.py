@@ -267,14 +267,21 @@ def cudnn_flags(ctx):
     return undo
 
 
-@features.patch("torch.backends.cudnn:conv", kind="replace", covers=("torch.backends.cudnn.conv.fp32_precision",),
+@features.patch("torch.backends.cudnn:conv", kind="call", covers=("torch.backends.cudnn.conv.fp32_precision",),
                 why="torch.backends.cudnn.conv.fp32_precision = 'tf32'/'ieee' is torch's newer switch for TF32 "
                     "convolutions; the NPU's is torch.npu.conv.allow_hf32.",
                 what="setting it also sets torch.npu.conv.allow_hf32 to whether torch would now run CUDA "
                      "convolutions in TF32 (reported); reading passes through.",
                 remove_when=REMOVE)
 def cudnn_conv_precision(ctx):
-    return _ConvPrecision(ctx.original, ctx.report)
+    from ascend_shim.errors import TargetMissing
+
+    cls = type(sys.modules["torch.backends.cudnn"])  # `conv` is an attribute of torch's module class
+    original = cls.__dict__.get("conv")
+    if original is None:
+        raise TargetMissing(f"{cls.__qualname__} has no conv attribute")
+    setattr(cls, "conv", _ConvPrecision(original, ctx.report))
+    return lambda: setattr(cls, "conv", original)
 
 
 @features.patch("torch.backends.cudnn:m.set_flags", covers=("torch.backends.cudnn.flags",),

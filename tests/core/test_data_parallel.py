@@ -160,7 +160,7 @@ def test_the_issue_snippet_over_several_npus(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--backend", "sim", str(script)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "npu:0 2"
+    assert proc.stdout.strip().splitlines()[-1] == "npu:0 2"
     assert "nn.DataParallel -> 2 devices: scatter, replicate, parallel_apply, gather on npu:0" in proc.stderr
 
 
