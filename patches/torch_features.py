@@ -98,30 +98,28 @@ def triton_run(ctx):
     return run
 
 
-def _set_matmul_hf32(report, api: str, value: bool) -> None:
-    """What TF32 means on CUDA is HF32 on the NPU: one switch, reported at the caller's site."""
+def _set_matmul_hf32(report, api: str, value: bool, frame) -> None:
+    """What TF32 means on CUDA is HF32 on the NPU: one switch, reported at the caller's site (``frame``)."""
     import torch
 
     torch.npu.matmul.allow_hf32 = value
-    report.event("translated", api, f"torch.npu.matmul.allow_hf32 = {value}", frame=sys._getframe(2))
+    report.event("translated", api, f"torch.npu.matmul.allow_hf32 = {value}", frame=frame)
 
 
-class _MatmulFlags:
-    """``torch.backends.cuda.matmul`` whose TF32 switches also drive the NPU's HF32 switch."""
+class _FlagNamespace:
+    """A torch flag namespace (``torch.backends.cuda.matmul``, ``torch.backends.cudnn.conv``) whose settings, after
+    torch's own, are passed to ``after(name, value, frame)``; reading is unchanged."""
 
-    def __init__(self, real, report):
+    def __init__(self, real, after):
         object.__setattr__(self, "_real", real)
-        object.__setattr__(self, "_report", report)
+        object.__setattr__(self, "_after", after)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
     def __setattr__(self, name, value):
         setattr(self._real, name, value)
-        if name == "allow_tf32":
-            _set_matmul_hf32(self._report, "torch.backends.cuda.matmul.allow_tf32", bool(value))
-        elif name == "fp32_precision" and value in ("tf32", "ieee"):
-            _set_matmul_hf32(self._report, "torch.backends.cuda.matmul.fp32_precision", value == "tf32")
+        self._after(name, value, sys._getframe(1))
 
 
 @features.patch("torch.backends.cuda:matmul", kind="replace", covers=("torch.backends.cuda.matmul.allow_tf32",),
@@ -130,7 +128,15 @@ class _MatmulFlags:
                      "(reported); other attributes pass through.",
                 remove_when=REMOVE)
 def matmul_flags(ctx):
-    return _MatmulFlags(ctx.original, ctx.report)
+    report = ctx.report
+
+    def after(name, value, frame):
+        if name == "allow_tf32":
+            _set_matmul_hf32(report, "torch.backends.cuda.matmul.allow_tf32", bool(value), frame)
+        elif name == "fp32_precision" and value in ("tf32", "ieee"):
+            _set_matmul_hf32(report, "torch.backends.cuda.matmul.fp32_precision", value == "tf32", frame)
+
+    return _FlagNamespace(ctx.original, after)
 
 
 @features.patch("torch:set_float32_matmul_precision",
@@ -146,7 +152,8 @@ def float32_matmul_precision(ctx):
     def set_float32_matmul_precision(precision):
         orig(precision)
         if precision in ("highest", "high", "medium"):
-            _set_matmul_hf32(report, f"torch.set_float32_matmul_precision({precision!r})", precision != "highest")
+            _set_matmul_hf32(report, f"torch.set_float32_matmul_precision({precision!r})", precision != "highest",
+                             sys._getframe(1))
 
     return set_float32_matmul_precision
 
@@ -202,22 +209,6 @@ class _FlagSetter:
     def __set__(self, obj, value):
         self._original.__set__(obj, value)
         self._after(value, sys._getframe(1))
-
-
-class _ConvPrecision:
-    """``torch.backends.cudnn.conv`` whose ``fp32_precision`` also drives the NPU's conv HF32 switch."""
-
-    def __init__(self, real, report):
-        object.__setattr__(self, "_real", real)
-        object.__setattr__(self, "_report", report)
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def __setattr__(self, name, value):
-        setattr(self._real, name, value)
-        if name == "fp32_precision":
-            _sync_conv_hf32(self._report, "torch.backends.cudnn.conv.fp32_precision", sys._getframe(1))
 
 
 #: cuDNN flags with no NPU counterpart: setting one is reported as having no effect (and why)
@@ -280,7 +271,13 @@ def cudnn_conv_precision(ctx):
     original = cls.__dict__.get("conv")
     if original is None:
         raise TargetMissing(f"{cls.__qualname__} has no conv attribute")
-    setattr(cls, "conv", _ConvPrecision(original, ctx.report))
+    report = ctx.report
+
+    def after(name, value, frame):
+        if name == "fp32_precision":
+            _sync_conv_hf32(report, "torch.backends.cudnn.conv.fp32_precision", frame)
+
+    setattr(cls, "conv", _FlagNamespace(original, after))
     return lambda: setattr(cls, "conv", original)
 
 
