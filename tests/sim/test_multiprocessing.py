@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from ascend_shim.sim import _extension, ipc
@@ -28,6 +29,7 @@ def test_sharing_moves_the_storage_in_place():
     assert t.tolist() == [0, 2, 204, 206, 208, 210, 12, 14]
 
 
+@pytest.mark.slow
 def test_what_cannot_be_shared_raises_in_the_receiver():
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
     env.update(ASCEND_SHIM_SIM_LAYER="builtin", PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))

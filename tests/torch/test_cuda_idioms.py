@@ -1,5 +1,7 @@
 """CUDA idioms real code trips on, each a small unmodified CUDA script under `ascend-shim run --simulate`: the
 script asserts the CUDA semantics itself (numbers against a CPU or one-device run where there are numbers)."""
+import pytest
+
 from .test_cuda_scripts import line_of, run_script
 
 
@@ -31,6 +33,7 @@ def test_sparse_gcn_layer(tmp_path):
         line_of("sparse_gcn.py", "hidden = F.relu"), line_of("sparse_gcn.py", "out = torch.sparse.mm")}
 
 
+@pytest.mark.slow
 def test_hogwild_workers_train_the_shared_model(tmp_path):
     _, proc = run_script("hogwild.py", tmp_path)
     assert "worker (0, 'npu:0')" in proc.stdout and "worker (1, 'npu:0')" in proc.stdout, proc.stdout
