@@ -207,7 +207,9 @@ def check_autograd_engine(npu_state) -> None:
     native = _extension.load()
     if not native.device_count():  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no backward
         return
-    probe = torch.ones(1, device="npu", requires_grad=True)
+    # made in C++, not by a factory: a factory would run torch's once-per-process lazy init of the device (which
+    # calls torch_npu's _lazy_init, and is never repeated), and the program's first tensor must be the one that does
+    probe = native.npu_alias(torch.ones(1), -1).requires_grad_()
     try:
         probe.sum().backward()
     except RuntimeError as exc:
