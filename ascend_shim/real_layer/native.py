@@ -25,9 +25,8 @@ import torch
 
 from .. import sim
 from ..sim import DEVICE_NAME, _extension, ipc
+from .prepare import CANN_VERSION
 
-#: the CANN release the emulated runtime reports (torch_npu 2.13 gates features on CANN >= 8.x / 9.1)
-CANN_VERSION = "8.5.0"
 #: Ascend910B3 in torch_npu's SocVersion table (``torch_npu/npu/utils.py``)
 SOC_VERSION = 224
 CHILDREN = ("_profiler", "_distributed_c10d", "_cd", "_logging", "_flops_count", "_npurt")
@@ -137,6 +136,9 @@ def _init_extension():
     from ..sim import op_coverage, tensor_types
     from .loader import prepared_metadata
 
+    for name in _CANN_ENV_SET:
+        os.environ.pop(name, None)
+    _CANN_ENV_SET.clear()
     sim.install_device()
     tensor_types.install(torch_npu.npu)
     meta = prepared_metadata()
@@ -386,9 +388,30 @@ NPURT = _Namespace("torch_npu._C._npurt")
 NPURT.not_emulated("npuHostRegister", "npuHostUnregister", "npuStreamCreate", "npuStreamDestroy")
 
 
+#: the variables :func:`build` set for torch_npu's import (removed again when its extension initializes)
+_CANN_ENV_SET: list[str] = []
+
+
+def _cann_environment_for_import(where) -> None:
+    """torch_npu checks at import that CANN's ``set_env.sh`` was sourced (and prints a warning on stdout when
+    not): while it imports, the emulated machine's CANN environment is in place, unless the user has one."""
+    values = {"ASCEND_HOME_PATH": str(where / "cann"), "ASCEND_OPP_PATH": str(where / "cann" / "opp")}
+    if "ASCEND_HOME_PATH" in os.environ:
+        return
+    for name, value in values.items():
+        if name not in os.environ:
+            os.environ[name] = value
+            _CANN_ENV_SET.append(name)
+
+
 def build(name: str = "torch_npu._C") -> types.ModuleType:
     """The ``torch_npu._C`` module with its children, registered in ``sys.modules`` as torch_npu's own are."""
+    from pathlib import Path
+
     from . import c10d, ops
+    from .loader import enabled_site
+
+    _cann_environment_for_import(Path(enabled_site()).parent)
 
     module = C.module()
     module.__name__ = name

@@ -28,7 +28,9 @@ from pathlib import Path
 from ..errors import ConfigError
 
 #: the file ``prepared.json`` records; bumped when what is kept or recorded changes
-FORMAT = 1
+FORMAT = 2
+#: the CANN release the emulated machine has (torch_npu 2.13 gates features on CANN >= 8.x / 9.1)
+CANN_VERSION = "8.5.0"
 _NATIVE = re.compile(r"(\.so(\.[0-9.]+)?|\.a|\.h|\.hpp|\.cuh)$")
 _ATB_PLACEHOLDER = "torch_npu/lib/libop_plugin_atb.so"
 _YAMLS = ("torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml", "torch_npu/csrc/aten/npu_native_functions.yaml")
@@ -90,6 +92,16 @@ def npu_metadata(zf: zipfile.ZipFile) -> dict:
     kernels = sorted({f.split("(", 1)[0] for y in yamls.values() for section in ("supported", "autograd", "symint")
                       for f in y.get(section, [])})
     return {"npu_schemas": schemas, "aten_kernels": kernels}
+
+
+def _emulated_cann(home: Path) -> None:
+    """What torch_npu's import checks of a sourced CANN environment (``ASCEND_HOME_PATH`` with ``runtime``,
+    ``compiler`` and ``opp``, and the toolkit's version record): the emulated machine's, so that importing the
+    package over the emulated device says what it says on a prepared Ascend machine (nothing)."""
+    for part in ("runtime", "compiler", "opp"):
+        (home / part).mkdir(parents=True, exist_ok=True)
+    (home / "ascend_toolkit_install.info").write_text(f"package_name=Ascend-cann-toolkit (emulated)\n"
+                                                      f"version={CANN_VERSION}\n")
 
 
 def version_of(zf: zipfile.ZipFile) -> str:
@@ -156,6 +168,7 @@ def prepare(wheel: str | os.PathLike | None = None, version: str | None = None) 
             placeholder.write_bytes(b"")
             meta = {"format": FORMAT, "torch_npu": got, "wheel": path.name, "sha256": digest, "files_kept": kept,
                     "native_left_out": len(left_out), **npu_metadata(zf)}
+        _emulated_cann(staging / "cann")
         (staging / "prepared.json").write_text(json.dumps(meta, indent=1))
         final = prepared_dir(got)
         if final.exists():
