@@ -3,13 +3,7 @@ differential test runs this on both emulator layers and compares."""
 import torch
 import torch_npu
 
-
-def fact(key, fn):
-    try:
-        value = fn()
-    except Exception as exc:  # the error's type is part of the contract
-        value = f"raises {type(exc).__name__}"
-    print(f"{key} = {value}")
+from _facts import fact  # the probe's directory is sys.path[0]
 
 
 fact("torch.npu is torch_npu.npu", lambda: torch.npu is torch_npu.npu)
