@@ -5,6 +5,7 @@ at its call site; operators with NPU kernels, and composites torch decomposes in
 The warning is c10's log line on stderr (fd 2), as torch_npu prints it, hence ``capfd``."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -87,6 +88,19 @@ def test_operators_with_kernels_and_their_compositions_stay_silent(coverage, cap
     torch.optim.AdamW(w.parameters()).step()
     assert coverage.fallbacks() == []
     assert "CAUTION" not in capfd.readouterr().err
+
+
+def test_the_backward_of_an_npu_kernel_run_as_a_decomposition_stays_silent(coverage, capfd):
+    """weight_norm is one NPU kernel (torch_npu composes it of norm, div and mul, all NPU kernels); the emulator
+    runs torch's decomposition, whose backward op _weight_norm_interface_backward has no NPU kernel."""
+    reference = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(4, 4))
+    layer = copy.deepcopy(reference).to("npu")
+    x = torch.randn(2, 4)
+    layer(x.to("npu")).sum().backward()
+    reference(x).sum().backward()
+    for (name, p), q in zip(layer.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, msg=name)
+    assert coverage.fallbacks() == [] and "CAUTION" not in capfd.readouterr().err
 
 
 def test_the_operator_reaching_the_device_is_the_one_named(coverage, capfd):

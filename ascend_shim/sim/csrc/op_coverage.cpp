@@ -15,12 +15,16 @@
 // the `.out` operator) and to record the call site in the migration report.
 //
 // Where the NPU has a kernel for an operator that the emulator runs as torch's decomposition (linalg_cholesky,
-// inverse, slogdet...), the decomposition may reach operators without NPU kernels that the NPU never runs. Those composites get a kernel here that marks the thread while the decomposition runs ("scopes"); inside
-// one, no operator warns. Which composites need it is measured (`set_tracing`), not guessed.
+// inverse, slogdet...), the decomposition may reach operators without NPU kernels that the NPU never runs.
+// Those composites get a kernel here that marks the thread while the decomposition runs ("scopes"); inside one,
+// no operator warns, nor in the backward of the autograd nodes the decomposition made (the NPU kernel's backward
+// is the NPU's own). Which composites need it is measured (`set_tracing`), not guessed.
 #include "sim.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
@@ -60,6 +64,7 @@ struct Decision {
 std::atomic<bool> g_active{false};
 std::atomic<bool> g_tracing{false};
 std::atomic<int> g_scopes_running{0};  // scopes running on any thread: when 0, no thread needs its own look
+std::atomic<int> g_marked_nodes{0};    // live autograd nodes made inside a scope
 
 // The hot path's table: decisions by a hash of their operator, open addressing with a short probe (a miss takes
 // the locked path). Slots only go from empty to a decision until an installation empties them all; decisions are
@@ -257,6 +262,50 @@ void trace(const c10::OperatorHandle& op, const c10::OperatorHandle& scope) {
   if (!listed_locked(name)) g_traced.emplace(c10::toString(scope.operator_name()), name);
 }
 
+// Marks an autograd node made inside a scope: its backward is part of the NPU kernel's.
+struct InsideNpuKernel final : torch::autograd::FunctionPreHook {
+  InsideNpuKernel() { g_marked_nodes.fetch_add(1, std::memory_order_relaxed); }
+  ~InsideNpuKernel() override { g_marked_nodes.fetch_sub(1, std::memory_order_relaxed); }
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override { return grads; }
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs&) const override {}  // changes no gradient
+};
+
+bool in_marked_backward() {
+  const auto node = torch::autograd::get_current_node();
+  if (!node) return false;
+  for (const auto& hook : node->pre_hooks())
+    if (dynamic_cast<const InsideNpuKernel*>(hook.get()) != nullptr) return true;
+  return false;
+}
+
+template <typename F>
+void for_each_tensor(const c10::IValue* begin, const c10::IValue* end, F f) {
+  for (const c10::IValue* v = begin; v != end; ++v) {
+    if (v->isTensor()) {
+      f(v->toTensor());
+    } else if (v->isTensorList()) {
+      for (const at::Tensor& t : v->toTensorList()) f(t);
+    }
+  }
+}
+
+// Marks the nodes between the outputs on the stack and the inputs' gradient edges (`before`).
+void mark_new_nodes(const torch::jit::Stack& stack, size_t returns,
+                    const std::unordered_set<const torch::autograd::Node*>& before) {
+  std::vector<torch::autograd::Node*> todo;
+  std::unordered_set<const torch::autograd::Node*> seen(before);
+  for_each_tensor(stack.data() + stack.size() - returns, stack.data() + stack.size(), [&](const at::Tensor& t) {
+    if (t.defined() && t.grad_fn() && seen.insert(t.grad_fn().get()).second) todo.push_back(t.grad_fn().get());
+  });
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.back();
+    todo.pop_back();
+    node->add_pre_hook(std::make_unique<InsideNpuKernel>());
+    for (const auto& edge : node->next_edges())
+      if (edge.function && seen.insert(edge.function.get()).second) todo.push_back(edge.function.get());
+  }
+}
+
 // A composite with an NPU kernel: its decomposition runs marked as inside that kernel.
 template <c10::DispatchKey Composite>
 void npu_kernel_scope(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -274,7 +323,17 @@ void npu_kernel_scope(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       scopes.pop_back();
     }
   } pop{scopes};
+  const auto& schema = op.schema();
+  std::unordered_set<const torch::autograd::Node*> before;
+  const bool grad = at::GradMode::is_enabled();
+  if (grad) {
+    const c10::IValue* args = stack->data() + stack->size() - schema.arguments().size();
+    for_each_tensor(args, stack->data() + stack->size(), [&](const at::Tensor& t) {
+      if (t.defined() && t.requires_grad()) before.insert(torch::autograd::impl::gradient_edge(t).function.get());
+    });
+  }
   op.callBoxedForDispatchKey(Composite, *stack);
+  if (grad) mark_new_nodes(*stack, schema.returns().size(), before);
 }
 
 void unregister_scopes() {
@@ -385,6 +444,7 @@ void check_op_coverage(const c10::OperatorHandle& op) {
       return;
     }
   }
+  if (g_marked_nodes.load(std::memory_order_relaxed) != 0 && in_marked_backward()) return;
   const Decision* d = published(op);
   if (d == nullptr) d = decide(op);
   if (d != nullptr && d->verdict == Verdict::kRefused) refuse(d->reported);
