@@ -324,16 +324,18 @@ void npu_kernel_scope(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   } pop{scopes};
   const auto& schema = op.schema();
-  std::unordered_set<const torch::autograd::Node*> before;
-  const bool grad = at::GradMode::is_enabled();
-  if (grad) {
+  std::unordered_set<const torch::autograd::Node*> before;  // the inputs' nodes, when autograd records
+  bool records = false;
+  if (at::GradMode::is_enabled()) {
     const c10::IValue* args = stack->data() + stack->size() - schema.arguments().size();
     for_each_tensor(args, stack->data() + stack->size(), [&](const at::Tensor& t) {
-      if (t.defined() && t.requires_grad()) before.insert(torch::autograd::impl::gradient_edge(t).function.get());
+      if (!t.defined() || !t.requires_grad()) return;
+      records = true;
+      before.insert(torch::autograd::impl::gradient_edge(t).function.get());
     });
   }
   op.callBoxedForDispatchKey(Composite, *stack);
-  if (grad) mark_new_nodes(*stack, schema.returns().size(), before);
+  if (records) mark_new_nodes(*stack, schema.returns().size(), before);
 }
 
 void unregister_scopes() {
