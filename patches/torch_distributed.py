@@ -260,6 +260,53 @@ def reduce_scatter_tensor(ctx):
     return _avg_fallback(ctx, "torch.distributed.reduce_scatter_tensor", "output")
 
 
+_FLOAT64_REDUCE = {"SUM": lambda t: t.sum(0), "AVG": lambda t: t.mean(0), "PRODUCT": lambda t: t.prod(0),
+                   "MIN": lambda t: t.amin(0), "MAX": lambda t: t.amax(0)}
+
+
+@dist.patch("torch.distributed:all_reduce", id="torch_distributed.all_reduce_float64", fidelity="fallback",
+            why="HCCL cannot reduce float64 ('HCCL allreduce: Unsupported data type at::kDouble'); CUDA code "
+                "reduces float64 where fp32 is too coarse (Megatron-LM all-reduces its start-up timestamps with "
+                "MIN: epoch seconds need float64).",
+            what="a blocking all_reduce of a float64 npu tensor on hccl with SUM, AVG, PRODUCT, MIN or MAX "
+                 "gathers the group's tensors (HCCL moves float64) and reduces them in float64 on each rank, in "
+                 "rank order (reported); everything else, async_op=True included, goes to HCCL unchanged.",
+            remove_when="HCCL reduces float64")
+def all_reduce_float64(ctx):
+    import torch
+    import torch.distributed as d
+
+    from ascend_shim.binding import bind
+    from ascend_shim.callers import native_scope
+
+    orig, report, api = ctx.original, ctx.report, "torch.distributed.all_reduce"
+    tensor_pos, op_pos, group_pos, async_pos = (bind(orig, name, api).index
+                                                for name in ("tensor", "op", "group", "async_op"))
+
+    def arg(args, kwargs, pos, name, default=None):
+        return args[pos] if len(args) > pos else kwargs.get(name, default)
+
+    @functools.wraps(orig)
+    def all_reduce(*args, **kwargs):
+        tensor = arg(args, kwargs, tensor_pos, "tensor")
+        if getattr(tensor, "dtype", None) is not torch.float64 or tensor.device.type != "npu" \
+                or arg(args, kwargs, async_pos, "async_op", False):
+            return orig(*args, **kwargs)
+        op, group = arg(args, kwargs, op_pos, "op", d.ReduceOp.SUM), arg(args, kwargs, group_pos, "group")
+        name = getattr(op, "name", None) or str(op).rpartition(".")[2]
+        with native_scope():  # the real backend name, not the one user code is shown
+            backend = d.get_backend(group)
+        if backend != "hccl" or name not in _FLOAT64_REDUCE:
+            return orig(*args, **kwargs)
+        parts = [torch.empty_like(tensor) for _ in range(d.get_world_size(group))]
+        d.all_gather(parts, tensor.contiguous(), group=group)
+        tensor.copy_(_FLOAT64_REDUCE[name](torch.stack(parts)))
+        report.fallback(api, f"float64 {name} on hccl -> all_gather + float64 {name.lower()} on each rank")
+        return None
+
+    return all_reduce
+
+
 # -- environment ---------------------------------------------------------------------------------------------
 ENV = {
     "CUDA_VISIBLE_DEVICES": "ASCEND_RT_VISIBLE_DEVICES",

@@ -15,15 +15,15 @@ API::
     install(roots, packages=())      # import hook for CUDA code's modules (+ runpy.run_path for scripts)
     uninstall()
     run_path_rewritten(path, run_name="__main__", init_globals=None)   # runpy.run_path for the main script
-    rewritten_code(source, path) -> (code or None, [Site, ...])       # rewrite one file (cached, reported)
+    rewritten_code(source, path) -> (code or None, [Site, ...])       # one file, cached and reported
     rewrite_source(source, filename) -> (code, [Site, ...])           # the pure transformation
 
 Settings the caller maps from the environment: ``ASCEND_SHIM_REWRITE`` (0 = do not call ``install`` and run
 the script with plain ``runpy.run_path``), ``ASCEND_SHIM_USER_ROOTS`` -> ``roots``, ``ASCEND_SHIM_USER_PACKAGES``
 -> ``packages`` (and, with ``ASCEND_SHIM_NATIVE_PACKAGES``, :func:`ascend_shim.callers.set_overrides`). Each
 rewritten site is reported once as ``REPORT.rewritten(file, line, snippet, "compares as CUDA for npu" |
-"compares as NCCL for hccl")``; each time an NPU value decides a rewritten comparison, a ``translated`` event with detail
-``runtime.HIT_DETAIL`` is counted at that line.
+"compares as NCCL for hccl")``; each time an NPU value decides a rewritten comparison, a ``translated`` event
+with detail ``runtime.HIT_DETAIL`` is counted at that line.
 """
 from .hook import (RewritingLoader, install, is_installed, is_user_module, report_sites, rewritten_code,
                    run_path_rewritten, uninstall)
