@@ -1,5 +1,6 @@
 """User code is everything that is not the environment: sibling packages and editable installs count."""
 import os
+import site
 import subprocess
 import sys
 import textwrap
@@ -117,6 +118,11 @@ def test_editable_install_of_the_users_project_is_user_code(project, tmp_path):
                               capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(site_dir, "__editable__.mylib-0.1.pth"), "w") as fh:
         fh.write(str(project / "src") + "\n")
+    # a venv made from inside a venv gets the base interpreter's site-packages, not this one's (where torch and
+    # the shim's editable install live): add this interpreter's, with their .pth files processed
+    with open(os.path.join(site_dir, "_outer_environment.pth"), "w") as fh:
+        for outer in site.getsitepackages():
+            fh.write(f"import site; site.addsitedir({outer!r})\n")
     _assert_amp_on(_run(python, project), project)
 
 
