@@ -101,10 +101,16 @@ _previous_hook = sys.excepthook
 
 
 def _install_excepthook() -> None:
-    global _previous_hook
-    if sys.excepthook is not _excepthook:
+    """Once per process: a hook installed later over ours (torch_npu wraps ``sys.excepthook`` when it is imported)
+    calls ours, and putting ours over it again would make the two call each other without end."""
+    global _previous_hook, _hook_installed
+    if not _hook_installed:
         _previous_hook = sys.excepthook
         sys.excepthook = _excepthook
+        _hook_installed = True
+
+
+_hook_installed = False
 
 
 def _mark_main(code) -> None:

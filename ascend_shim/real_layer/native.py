@@ -323,15 +323,19 @@ def _npu_set_stream(stream_id=0, device_index=0, device_type=0):
 # -- storage construction (torch_npu's torch.save path for npu storages) --------------------------------------
 @C.provide("_tensor_construct_from_storage")
 def _tensor_construct_from_storage(storage):
-    """An npu uint8 tensor over the whole storage (the emulated device has the ND format only)."""
-    tensor = torch.empty(0, dtype=torch.uint8, device=storage.device)
-    return tensor.set_(storage, 0, (storage.nbytes(),), (1,))
+    """A 1-d npu tensor over the whole storage: of the storage's dtype for a typed storage (``copy.deepcopy``,
+    ``.cpu()``), uint8 for an untyped one (``torch.save``). The emulated device has the ND format only."""
+    dtype, untyped = torch.uint8, storage
+    if isinstance(storage, torch.TypedStorage):
+        dtype, untyped = storage.dtype, storage._untyped_storage
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    tensor = torch.empty(0, dtype=dtype, device=untyped.device)
+    return tensor.set_(untyped, 0, (untyped.nbytes() // itemsize,), (1,))
 
 
-# -- npu memory shared with other processes (torch_npu's multiprocessing reductions) ------------------------
-C.provide("_share_npu_", ipc.share_npu_)
-C.provide("_new_shared_npu", ipc.new_shared_npu)
-C.provide("_release_ipc_counter_npu", ipc.release_ipc_counter_npu)
+# torch_npu binds DataLoader worker threads to CPU cores of the NPU's NUMA node; the emulated device has none
+C.provide("_npu_set_thread_affinity", lambda start=-1, end=-1: None)
+C.provide("_npu_reset_thread_affinity", lambda: None)
 
 
 # -- children ---------------------------------------------------------------------------------------------
