@@ -24,8 +24,8 @@ The report carries one note naming the rule for the user's code and the import r
 actually loaded from, and one naming the libraries whose comparisons were rewritten (with the NPU-native ones).
 
 Only plain ``.py`` sources loaded by the stock ``SourceFileLoader`` are rewritten (no zip imports, no
-``.pyc``-only modules, no custom loaders). Modules whose source mentions neither ``cuda`` nor ``nccl`` load
-through the normal path untouched. Rewritten code is never written to ``__pycache__`` (a later run without the
+``.pyc``-only modules, no custom loaders). Modules whose bytecode (or source) mentions neither ``cuda`` nor
+``nccl`` load through the normal path untouched. Rewritten code is never written to ``__pycache__`` (a later run without the
 shim can never pick it up); it is kept in the shim's own cache (:mod:`.cache`), so a library is rewritten once,
 not on every start.
 
@@ -58,6 +58,7 @@ from .transform import Site, rewrite_source
 log = logging.getLogger("ascend_shim")
 
 _ORIGINAL_RUN_PATH = runpy.run_path
+_BYTECODE_SUFFIXES = tuple(importlib.machinery.BYTECODE_SUFFIXES)
 _REFUSED_TOP = {"ascend_shim", "torch", "torch_npu"}
 _lock = threading.RLock()
 _guard = threading.local()
@@ -122,23 +123,44 @@ def rewritten_code(source: bytes, path: str):
     return code, sites
 
 
+def _mentions_cuda(data: bytes) -> bool:
+    return b"cuda" in data or b"nccl" in data
+
+
 class RewritingLoader(importlib.machinery.SourceFileLoader):
     """A ``SourceFileLoader`` whose code has the CUDA comparisons rewritten (and is never put in
-    ``__pycache__``). ``library``: the top-level package when the module is an installed library's."""
+    ``__pycache__``). ``library``: the top-level package when the module is an installed library's.
+
+    The plain code is loaded first, as Python loads it (from ``__pycache__`` when it is current). Every site
+    the rewrite changes holds a string constant naming cuda or nccl, which the marshalled bytecode holds as
+    such: when the bytecode read does not, the module is left as loaded and its source is never read (most
+    modules of a library: the cost of this loader over the plain one is a substring search of bytes read
+    anyway)."""
 
     library: str | None = None
+    _bytecode_clean = False  # the bytecode just read holds no "cuda"/"nccl"
+
+    def get_data(self, path):
+        data = super().get_data(path)
+        if path.endswith(_BYTECODE_SUFFIXES):
+            self._bytecode_clean = not _mentions_cuda(data)
+        return data
 
     def get_code(self, fullname):
+        self._bytecode_clean = False
+        code = super().get_code(fullname)
+        if self._bytecode_clean:
+            return code
         path = self.get_filename(fullname)
         data = self.get_data(path)
-        if b"cuda" not in data and b"nccl" not in data:
-            return super().get_code(fullname)
-        code, sites = rewritten_code(data, path)
-        if code is None:
-            return super().get_code(fullname)
+        if not _mentions_cuda(data):
+            return code
+        rewritten, sites = rewritten_code(data, path)
+        if rewritten is None:
+            return code
         if self.library is not None:
             _library_rewritten(self.library, sum(s.rewritten for s in sites))
-        return code
+        return rewritten
 
 
 #: where a module's file lies, for the rule: the user's tree, an installed library, or neither

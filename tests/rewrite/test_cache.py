@@ -117,3 +117,15 @@ def test_a_corrupt_entry_is_rewritten(tree, writes_bytecode, rewrites):
         fh.write(data[:-7])
         fh.truncate()
     assert _load(tree, "mod").check("npu") is True and len(rewrites) == 2
+
+
+def test_a_module_whose_bytecode_names_no_cuda_is_not_even_read(tree, writes_bytecode, rewrites, monkeypatch):
+    """Its source may say cuda in a comment: the bytecode Python loads anyway decides, and holds no such string."""
+    path = tree.write(tree.proj, "{p}comment.py", "# runs on cuda and nccl\nX = 1\n")
+    rewrite.install([str(tree.proj)])
+    assert _load(tree, "comment").X == 1  # the first import compiles the source (and writes __pycache__)
+    read = []
+    real = hook.RewritingLoader.get_data
+    monkeypatch.setattr(hook.RewritingLoader, "get_data", lambda self, p: read.append(p) or real(self, p))
+    assert _load(tree, "comment").X == 1
+    assert str(path) not in read and len(read) == 1 and rewrites == [str(path)]  # parsed by the first import only
