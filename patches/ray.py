@@ -61,7 +61,8 @@ def shim_env_vars() -> dict[str, str]:
     from ascend_shim.activation import child_env
 
     env = child_env()
-    env.update({k: v for k, v in os.environ.items() if k.startswith("ASCEND_SHIM_SIM_")})
+    if env:
+        env.update({k: v for k, v in os.environ.items() if k.startswith("ASCEND_SHIM_SIM_") and k not in env})
     return env
 
 

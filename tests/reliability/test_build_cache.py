@@ -71,6 +71,13 @@ class Builder:
         return module
 
 
+
+@pytest.fixture(autouse=True)
+def shim_log_reaches_caplog(monkeypatch):
+    """An activation earlier in the session stops the shim's logger from propagating (it prints its own lines):
+    let the records reach pytest's capture here."""
+    monkeypatch.setattr(logging.getLogger("ascend_shim"), "propagate", True)
+
 @pytest.fixture
 def probe(tmp_path):
     """(name, compiled .so, a cache entry directory under a fresh private root)."""
