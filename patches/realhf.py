@@ -144,7 +144,7 @@ def node_npu_count(emulated: bool) -> int:
         return 0
 
 
-@realhf.patch("realhf.base.gpu_utils:gpu_count", id="realhf.gpu_count", covers=("/dev/nvidia*",),
+@realhf.patch("realhf.base.gpu_utils:gpu_count", id="realhf.gpu_count",
               why="realhf counts a node's GPUs by listing /dev/nvidia<N>; an Ascend box has none, so the count is 0, "
                   "its local scheduler gives every worker CUDA_VISIBLE_DEVICES=\"\" and the model is built on the "
                   "CPU without a word.",

@@ -237,7 +237,6 @@ _replicas = threading.local()
 
 @data_parallel.patch(
     "torch.nn.parallel.replicate:replicate", id="torch_data_parallel.replicate_count",
-    covers=("torch.nn.parallel.replicate",),
     why="the report says how many devices a DataParallel call used (the replicas made for it).",
     what="records the number of replicas made (no change to replicate itself).",
     remove_when=REMOVE)
@@ -316,7 +315,6 @@ def functional_data_parallel(ctx):
 
 @data_parallel.patch(
     "torch.nn.parallel.parallel_apply:parallel_apply", id="torch_data_parallel.parallel_apply_autocast",
-    covers=("torch.nn.parallel.parallel_apply",),
     why="parallel_apply runs each replica under autocast only if torch.is_autocast_enabled() -- CUDA's autocast "
         "state; under `torch.autocast('cuda')` on an NPU it is the NPU's autocast that is on, so the replicas "
         "would run in full precision while the same code on CUDA runs them in autocast.",

@@ -50,7 +50,6 @@ def sparse_dense_addmm(report):
 
 
 @sparse_set.patch("torch.sparse:mm", kind="call", id="torch_sparse.addmm", fidelity="fallback",
-                  covers=("torch.sparse.mm", "torch.spmm", "torch.sparse.addmm"),
                   why="torch_npu has no sparse addmm kernel, and every sparse COO @ dense product reaches it "
                       "(torch.spmm, torch.sparse.mm, torch.mm/@ with a sparse operand, mv, and their backward): "
                       "GCN layers stop on the NPU with 'aten::addmm is not currently supported'.",

@@ -147,7 +147,7 @@ class _ImportlibView(types.ModuleType):
 
 
 @twinkle.patch("twinkle.utils.framework:importlib", kind="replace", id="twinkle.find_spec_megatron",
-               covers=("importlib.util.find_spec",), fidelity="fallback",
+               fidelity="fallback",
                why="Framework.gather_object's NPU-only branch asks importlib.util.find_spec('megatron.core'), which "
                    "raises ModuleNotFoundError when Megatron is not installed (the parent package is imported "
                    "first); on Ascend without megatron-core every actor of Twinkle's Ray DPO cookbook dies at its "

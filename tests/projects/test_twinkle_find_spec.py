@@ -9,7 +9,9 @@ import pytest
 def test_find_spec_of_a_module_whose_parent_is_absent(clean_shim, monkeypatch):
     from twinkle.utils import framework
 
-    monkeypatch.setitem(sys.modules, "megatron", None)
+    monkeypatch.setitem(sys.modules, "megatron", None)  # as where megatron-core is not installed
+    for name in [m for m in sys.modules if m.startswith("megatron.")]:  # imported by an earlier test
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ModuleNotFoundError):
         framework.importlib.util.find_spec("megatron.core")  # what Twinkle's NPU branch met
     clean_shim.activate(backend="sim", inherit=False)
