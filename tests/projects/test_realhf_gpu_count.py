@@ -9,7 +9,7 @@ from .test_realhf import FIXTURE
 
 
 def run_scheduler(*extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") and k != "CUDA_VISIBLE_DEVICES"}
+    env = {k: v for k, v in os.environ.items() if (not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER") and k != "CUDA_VISIBLE_DEVICES"}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [FIXTURE, os.environ.get("PYTHONPATH")])),
                ASCEND_SHIM_SIM_DEVICES="4")
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", *extra,
