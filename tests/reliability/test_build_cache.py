@@ -72,11 +72,27 @@ class Builder:
 
 
 
-@pytest.fixture(autouse=True)
-def shim_log_reaches_caplog(monkeypatch):
-    """An activation earlier in the session stops the shim's logger from propagating (it prints its own lines):
-    let the records reach pytest's capture here."""
-    monkeypatch.setattr(logging.getLogger("ascend_shim"), "propagate", True)
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.fixture
+def warnings_logged(monkeypatch):
+    """The warnings the build cache logs, caught on a logger of the test's own put in the module's place: after
+    earlier tests of the session (an activation stops ``ascend_shim`` propagating; libraries configure logging
+    their way), neither pytest's capture nor a handler on the shared logger is sure to see them."""
+    from ascend_shim import build_cache
+
+    logger, handler = logging.Logger("ascend_shim.sim", logging.WARNING), _Lines()
+    logger.addHandler(handler)
+    monkeypatch.setattr(build_cache, "log", logger)
+    return handler.records
+
 
 @pytest.fixture
 def probe(tmp_path):
@@ -250,14 +266,13 @@ def _damage(kind: str, entry: Path, name: str, so: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["empty, no manifest", "truncated", "not the built file", "manifest unreadable",
                                   "matches its manifest but does not import"])
-def test_a_damaged_entry_is_rebuilt_with_one_line_saying_so(probe, kind, caplog):
+def test_a_damaged_entry_is_rebuilt_with_one_line_saying_so(probe, kind, warnings_logged):
     name, so, entry = probe
     _damage(kind, entry, name, so)
     builds = Builder(name, so)
-    with caplog.at_level(logging.WARNING, logger="ascend_shim"):
-        module = _extension.load_or_build(name, entry, builds)
+    module = _extension.load_or_build(name, entry, builds)
     assert module.__name__ == name and len(builds.dirs) == 1
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in warnings_logged]
     assert len(lines) == 1 and "damaged" in lines[0] and "rebuilding it" in lines[0], lines
     assert str(entry) in lines[0]
     _forget(name)  # and the rebuilt entry loads as it is
@@ -293,7 +308,7 @@ def _hold_lock(entry: Path):
     return fh
 
 
-def test_a_wait_for_a_stuck_build_says_what_it_waits_for_and_gives_up(probe, monkeypatch, caplog):
+def test_a_wait_for_a_stuck_build_says_what_it_waits_for_and_gives_up(probe, monkeypatch, warnings_logged):
     name, so, entry = probe
     monkeypatch.setenv("ASCEND_SHIM_SIM_BUILD_TIMEOUT", "4")
     holder = _hold_lock(entry)
@@ -306,12 +321,11 @@ def test_a_wait_for_a_stuck_build_says_what_it_waits_for_and_gives_up(probe, mon
             outcome.append(exc)
 
     try:
-        with caplog.at_level(logging.WARNING, logger="ascend_shim"):
-            start = time.monotonic()
-            waiter = threading.Thread(target=wait, daemon=True)
-            waiter.start()
-            waiter.join(30)
-            took = time.monotonic() - start
+        start = time.monotonic()
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(30)
+        took = time.monotonic() - start
     finally:
         holder.close()
     lock = entry.parent / f"{entry.name}.lock"
@@ -320,7 +334,7 @@ def test_a_wait_for_a_stuck_build_says_what_it_waits_for_and_gives_up(probe, mon
     message = str(outcome[0])
     assert f"gave up after 4 s waiting for process {os.getpid()}" in message and str(lock) in message
     assert "ASCEND_SHIM_SIM_BUILD_TIMEOUT" in message
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in warnings_logged]
     assert len(lines) == 1 and f"waiting for process {os.getpid()}" in lines[0] and str(lock) in lines[0], lines
 
 

@@ -1,5 +1,6 @@
 """Rewritten bytecode kept between runs: reused while nothing changed, never from a place others can write."""
 import importlib
+import logging
 import os
 import sys
 
@@ -76,14 +77,18 @@ def test_no_writing_under_dont_write_bytecode(tree, monkeypatch, rewrites):
     assert len(rewrites) == 2 and _entries() == []
 
 
-def test_a_cache_directory_others_can_write_is_not_used(tree, writes_bytecode, rewrites, caplog):
+def test_a_cache_directory_others_can_write_is_not_used(tree, writes_bytecode, rewrites, monkeypatch):
+    logged = []  # on a logger of the test's own: earlier tests of a session can keep the shared one from pytest
+    logger = logging.Logger("ascend_shim", logging.WARNING)
+    logger.addHandler(type("Lines", (logging.Handler,), {"emit": lambda self, record: logged.append(record)})())
+    monkeypatch.setattr(cache, "log", logger)
     tree.write(tree.proj, "{p}mod.py", MOD)
     rewrite.install([str(tree.proj)])
     _load(tree, "mod")
     os.chmod(cache.location(), 0o777)
     cache.reset()
     assert _load(tree, "mod").check("npu") is True  # still rewritten, compiled afresh
-    assert len(rewrites) == 2 and "writable by others" in caplog.text
+    assert len(rewrites) == 2 and any("writable by others" in r.getMessage() for r in logged)
 
 
 def test_an_entry_others_can_write_is_ignored(tree, writes_bytecode, rewrites):
@@ -129,3 +134,29 @@ def test_a_module_whose_bytecode_names_no_cuda_is_not_even_read(tree, writes_byt
     monkeypatch.setattr(hook.RewritingLoader, "get_data", lambda self, p: read.append(p) or real(self, p))
     assert _load(tree, "comment").X == 1
     assert str(path) not in read and len(read) == 1 and rewrites == [str(path)]  # parsed by the first import only
+
+
+def test_a_clean_bytecode_answer_is_kept_for_the_next_run(tree, writes_bytecode, monkeypatch):
+    tree.write(tree.proj, "{p}plain.py", "X = 1\n")
+    rewrite.install([str(tree.proj)])
+    _load(tree, "plain")  # compiles, writes __pycache__
+    searched = []
+    real = cache.mentions_cuda
+    monkeypatch.setattr(cache, "mentions_cuda", lambda data: searched.append(len(data)) or real(data))
+    _load(tree, "plain")
+    assert len(searched) == 1  # this run searched the bytecode once
+    cache._keep_clean()  # what the process does at exit
+    cache.reset()  # a new run
+    _load(tree, "plain")
+    assert len(searched) == 1  # the kept answer: no search
+    (tree.proj / (tree.p + "plain.py")).write_text("X = 2  # a longer source: new bytecode header\n")
+    assert _load(tree, "plain").X == 2 and len(searched) == 2
+
+
+def test_a_source_edited_to_compare_with_cuda_is_rewritten_despite_its_clean_stale_bytecode(tree, writes_bytecode):
+    path = tree.write(tree.proj, "{p}edited.py", "def check(v):\n    return v\n")
+    rewrite.install([str(tree.proj)])
+    _load(tree, "edited")  # clean bytecode written
+    _load(tree, "edited")  # ... and found clean
+    path.write_text(MOD)
+    assert _load(tree, "edited").check("npu") is True
