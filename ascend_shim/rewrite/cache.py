@@ -13,9 +13,14 @@ directory is opened once and every entry is opened relative to that descriptor w
 directory swapped in later is never used. Anything unusable means no cache (each run compiles), never an error.
 Entries are written atomically (a private temporary file renamed over the entry); ``PYTHONDONTWRITEBYTECODE``
 stops the writing, as it does Python's.
+
+Most modules of a library hold nothing to rewrite; telling so takes a search of their bytecode for "cuda" and
+"nccl" (:func:`bytecode_clean`). Its answer is kept too, per top-level package, keyed by the bytecode file and
+its header (which names the source's mtime and size, or its hash): a later run looks it up instead of searching.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import logging
@@ -73,11 +78,14 @@ def _directory():
 
 
 def reset() -> None:
-    """Forget the directory (tests; a changed ``XDG_CACHE_HOME``): the next use opens it again."""
+    """Forget the directory and what was read from it (tests; a changed ``XDG_CACHE_HOME``): the next use
+    opens it again."""
     global _dir_fd, _stamp
     fd, _dir_fd, _stamp = _dir_fd, _UNSET, None
     if isinstance(fd, int):
         os.close(fd)
+    _clean.clear()
+    _new_clean.clear()
 
 
 def _rules_stamp() -> bytes:
@@ -144,3 +152,74 @@ def store(path: str, source: bytes, code, sites) -> None:
             os.unlink(tmp, dir_fd=fd)
         except OSError:
             pass
+
+
+# -- bytecode known to name neither cuda nor nccl ---------------------------------------------------------------
+_HEADER = 16  # a .pyc header: magic, flags, then the source's mtime and size (or its hash)
+_clean: dict[str, dict[str, bytes]] = {}  # package -> {bytecode path: header of the clean version}
+_new_clean: set[str] = set()  # packages with answers not yet kept
+
+
+def mentions_cuda(data) -> bool:
+    return b"cuda" in data or b"nccl" in data
+
+
+def bytecode_clean(package: str, path: str, data: bytes) -> bool:
+    """Does the bytecode ``data``, read from ``path`` for a module of ``package``, hold no "cuda"/"nccl"?"""
+    known = _clean.get(package)
+    if known is None:
+        known = _clean[package] = _load_clean(package)
+    head = bytes(data[:_HEADER])
+    if known.get(path) == head:
+        return True
+    if mentions_cuda(data):
+        return False
+    known[path] = head
+    if not _new_clean:
+        atexit.register(_keep_clean)
+    _new_clean.add(package)
+    return True
+
+
+def _clean_name(package: str) -> str:
+    return "clean-" + hashlib.sha256(_rules_stamp() + package.encode()).hexdigest()[:32] + ".bin"
+
+
+def _load_clean(package: str) -> dict:
+    fd = _directory()
+    if fd is None:
+        return {}
+    try:
+        entry = os.open(_clean_name(package), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return {}
+    try:
+        with os.fdopen(entry, "rb") as fh:
+            if not _safe(os.fstat(fh.fileno())):
+                return {}
+            known = marshal.loads(fh.read())
+    except (OSError, ValueError, TypeError, EOFError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _keep_clean() -> None:
+    """At exit: the new answers, merged with what other processes kept meanwhile."""
+    fd = _directory()
+    if fd is None or sys.dont_write_bytecode:
+        return
+    for package in sorted(_new_clean):
+        merged = {**_load_clean(package), **_clean[package]}
+        name = _clean_name(package)
+        tmp = f"{name}.{os.getpid()}.tmp"
+        try:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            with os.fdopen(out, "wb") as fh:
+                fh.write(marshal.dumps(merged))
+            os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError:
+            try:
+                os.unlink(tmp, dir_fd=fd)
+            except OSError:
+                pass
+    _new_clean.clear()

@@ -123,10 +123,6 @@ def rewritten_code(source: bytes, path: str):
     return code, sites
 
 
-def _mentions_cuda(data: bytes) -> bool:
-    return b"cuda" in data or b"nccl" in data
-
-
 class RewritingLoader(importlib.machinery.SourceFileLoader):
     """A ``SourceFileLoader`` whose code has the CUDA comparisons rewritten (and is never put in
     ``__pycache__``). ``library``: the top-level package when the module is an installed library's.
@@ -134,8 +130,7 @@ class RewritingLoader(importlib.machinery.SourceFileLoader):
     The plain code is loaded first, as Python loads it (from ``__pycache__`` when it is current). Every site
     the rewrite changes holds a string constant naming cuda or nccl, which the marshalled bytecode holds as
     such: when the bytecode read does not, the module is left as loaded and its source is never read (most
-    modules of a library: the cost of this loader over the plain one is a substring search of bytes read
-    anyway)."""
+    modules of a library; the answer is kept between runs, :func:`.cache.bytecode_clean`)."""
 
     library: str | None = None
     _bytecode_clean = False  # the bytecode just read holds no "cuda"/"nccl"
@@ -143,7 +138,9 @@ class RewritingLoader(importlib.machinery.SourceFileLoader):
     def get_data(self, path):
         data = super().get_data(path)
         if path.endswith(_BYTECODE_SUFFIXES):
-            self._bytecode_clean = not _mentions_cuda(data)
+            self._bytecode_clean = cache.bytecode_clean(self.name.partition(".")[0], path, data)
+        else:  # the source: the bytecode read before it (if any) was stale, the code comes from here
+            self._bytecode_clean = False
         return data
 
     def get_code(self, fullname):
@@ -153,7 +150,7 @@ class RewritingLoader(importlib.machinery.SourceFileLoader):
             return code
         path = self.get_filename(fullname)
         data = self.get_data(path)
-        if not _mentions_cuda(data):
+        if not cache.mentions_cuda(data):
             return code
         rewritten, sites = rewritten_code(data, path)
         if rewritten is None:
@@ -301,17 +298,23 @@ def _library_rewritten(name: str, sites: int) -> None:
         return
     config = f.config
     with _lock:
-        old = config.describe_libraries() if config.libraries else ""
         counts = config.libraries.setdefault(name, [0, 0])
         counts[0] += 1
         counts[1] += sites
-        _replace_note(old, config.describe_libraries())
+        text = config.describe_libraries()
+    with REPORT._lock:
+        notes = REPORT.notes
+        mine = [i for i, n in enumerate(notes) if n.startswith(LIBRARIES_NOTE)]
+        if mine:
+            notes[mine[0]] = text
+        else:
+            notes.append(text)
 
 
 def _replace_note(old: str, new: str) -> None:
     with REPORT._lock:
         notes = REPORT.notes
-        if old and old in notes:
+        if old in notes:
             notes[notes.index(old)] = new
         elif new not in notes:
             notes.append(new)
