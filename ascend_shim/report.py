@@ -457,7 +457,7 @@ def format_summary(rep: dict, *, limit: int = 12, json_path: str | None = None) 
     if aliases:
         lines.append(f"  late aliases rebound (`from x import y` copies): {aliases}")
     titles = {"translated": "translated CUDA calls", "unsupported": "UNSUPPORTED calls",
-              "fallback": "fallbacks taken", "rewritten": "rewritten comparisons in user code",
+              "fallback": "fallbacks taken", "rewritten": "rewritten comparisons in CUDA code",
               "env": "environment translated"}
     others = sorted({e["category"] for e in events} - set(CATEGORIES))
     for category in CATEGORIES + tuple(others):

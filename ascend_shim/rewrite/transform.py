@@ -1,4 +1,4 @@
-"""The AST rewrite: CUDA/NCCL comparisons in user code -> calls of the value-comparing runtime helpers.
+"""The AST rewrite: CUDA/NCCL comparisons in CUDA code -> calls of the value-comparing runtime helpers.
 
 Triggers (a comparison is rewritten only when one of these literals is *syntactically* in it):
 

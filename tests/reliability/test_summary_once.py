@@ -39,7 +39,7 @@ def test_each_rewritten_comparison_is_one_line_of_the_summary(tmp_path):
         f'{filename}:7  "cuda" in (d for d in ["cpu", "npu"]) -> compares as CUDA for npu  x1',
     ]), summary
     assert "translated CUDA calls" not in summary, summary
-    assert re.search(r"rewritten comparisons in user code: 4 sites, 10 decided by an NPU value", summary), summary
+    assert re.search(r"rewritten comparisons in CUDA code: 4 sites, 10 decided by an NPU value", summary), summary
 
 
 def test_each_hit_is_counted_for_its_own_comparison(tmp_path):
