@@ -338,6 +338,12 @@ C.provide("_npu_set_thread_affinity", lambda start=-1, end=-1: None)
 C.provide("_npu_reset_thread_affinity", lambda: None)
 
 
+# -- npu memory shared with other processes (torch_npu's multiprocessing reductions) ------------------------
+C.provide("_share_npu_", ipc.share_npu_)
+C.provide("_new_shared_npu", ipc.new_shared_npu)
+C.provide("_release_ipc_counter_npu", ipc.release_ipc_counter_npu)
+
+
 # -- children ---------------------------------------------------------------------------------------------
 PROFILER = _Namespace("torch_npu._C._profiler")
 
