@@ -370,11 +370,6 @@ def current_backend() -> str:
     return _state.backend if _state.active else ""
 
 
-def current_layer() -> str:
-    """On the emulated NPU, the torch_npu Python running over it: ``real`` or ``builtin`` (else ``""``)."""
-    return _state.layer if _state.active else ""
-
-
 def set_summary_printing(enabled: bool) -> None:
     """The CLI turns the exit summary off in launcher processes (torchrun's parent): the workers print."""
     _state.print_summary = enabled

@@ -6,8 +6,6 @@
 played by :mod:`.native` (runtime, memory, streams, RNG), :mod:`.c10d` (``ProcessGroupHCCL``) and :mod:`.ops`
 (the ``npu::`` op library) over the emulator's device core.
 """
-from .loader import (disable, enable, enabled_site, find_prepared, native_layer_built, prepared_metadata,
-                     running_version)
+from .loader import disable, enable, enabled_site, find_prepared, native_layer_built, prepared_metadata
 
-__all__ = ["enable", "disable", "enabled_site", "find_prepared", "prepared_metadata", "running_version",
-           "native_layer_built"]
+__all__ = ["enable", "disable", "enabled_site", "find_prepared", "prepared_metadata", "native_layer_built"]

@@ -134,12 +134,3 @@ def enabled_site() -> str | None:
 def native_layer_built() -> bool:
     """Has Huawei's torch_npu been imported over the emulated device in this process?"""
     return _native_built
-
-
-def running_version() -> str | None:
-    """The version of Huawei's torch_npu imported over the emulated device in this process, if one is."""
-    module = sys.modules.get("torch_npu")
-    origin = getattr(module, "__file__", None) or ""
-    if _enabled_site is None or not origin.startswith(_enabled_site + os.sep):
-        return None
-    return getattr(module, "__version__", None)
