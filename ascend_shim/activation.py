@@ -7,6 +7,8 @@ cannot un-rename its PrivateUse1 backend); only the patches go.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import logging
 import os
 import sys
@@ -154,7 +156,7 @@ def _sweep() -> None:
 def _on_import(module_name: str, generation: int, module) -> None:
     # read the state under the lock, apply outside it: a factory may import modules other threads import
     with _lock:
-        if not _state.active or _state.generation != generation:
+        if not _state.active or _state.config is None or _state.generation != generation:
             return
         patches, config, backend = list(_state.selected.get(module_name, [])), _state.config, _state.backend
     _apply_all(patches, config, backend, sweep=False)  # swept once the whole group of hooks has run
@@ -237,6 +239,8 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
                      log_level=log_level, report=report, patch_modules=patch_modules, inherit=inherit, root=root)
     with _lock:
         if _state.active:
+            _warn_if_other_settings(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
+                                    log=log_level, report=report, patch_modules=patch_modules)
             return
         config = Config.from_env(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
                                  log=log_level, report=report, patch_modules=patch_modules)
@@ -292,7 +296,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
             with hooks.one_group():  # patches for modules already imported: one alias sweep for all of them
                 _apply_all(at_once, config, chosen, sweep=False)
                 for module_name in sorted(_state.selected, key=lambda m: m.count(".")):
-                    hooks.when_imported(module_name, lambda m, n=module_name: _on_import(n, generation, m))
+                    hooks.when_imported(module_name, functools.partial(_on_import, module_name, generation))
             _sweep()
         except BaseException:
             _deactivate_locked()
@@ -302,6 +306,22 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
             _atexit_registered = True
         exit_signals.install(_at_exit)  # a process ended by SIGTERM / SIGINT runs no atexit
         log.info("ascend_shim active (backend %s, %d patch sets)", chosen, len(sets))
+
+
+def _warn_if_other_settings(**asked) -> None:
+    """A second ``activate()`` keeps the settings in force (patches are applied once); asking for others then is
+    a mistake worth a warning, as gevent's ``monkey`` warns on conflicting re-patching."""
+    asked = {name: value for name, value in asked.items() if value is not None}
+    wanted, active = Config.from_env({}, **asked), _state.config
+    differ = [f"{name}={getattr(wanted, name)!r} (in force: {getattr(active, name)!r})" for name in asked
+              if getattr(wanted, name) != getattr(active, name)
+              and not (name == "backend" and getattr(wanted, name) == _state.device_backend)]
+    if differ:
+        import warnings
+
+        warnings.warn(f"ascend_shim is already active; activate() left its settings as they are, not "
+                      f"{', '.join(differ)}: call ascend_shim.deactivate() first to change them",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _check_arguments(**kw) -> None:
@@ -339,7 +359,7 @@ def _deactivate_locked() -> None:
     backend_mod.unprepare()  # after the patches: the emulator's own changes lie beneath theirs
     exit_signals.uninstall()
     _restore_env()
-    for pid, info in REPORT.patches.items():
+    for info in REPORT.patches.values():
         if info["status"] == "applied":
             info["status"] = "reverted"
 
@@ -375,11 +395,16 @@ def set_summary_printing(enabled: bool) -> None:
     _state.print_summary = enabled
 
 
+class _ShimLogHandler(logging.StreamHandler):
+    """The shim's stderr handler, marked so that activating again does not add a second one."""
+
+    _ascend_shim = True
+
+
 def _configure_logging(level: str) -> None:
     if not any(getattr(h, "_ascend_shim", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _ShimLogHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("ascend_shim: %(levelname)s: %(message)s"))
-        handler._ascend_shim = True
         log.addHandler(handler)
         log.propagate = False
     log.setLevel(logging.CRITICAL + 1 if level == "off" else getattr(logging, level.upper()))
@@ -405,7 +430,5 @@ def _at_exit(summary: bool = True) -> None:
         talk = talk and any(info["status"] == "applied" and not info["target"].startswith(("env:", "process:"))
                             for info in REPORT.patches.values())
     if summary and talk and _state.print_summary and config.log != "off":
-        try:
+        with contextlib.suppress(OSError, ValueError):  # stderr closed at exit
             print(format_summary(REPORT.to_dict(), json_path=json_path), file=sys.stderr)
-        except (OSError, ValueError):
-            pass  # stderr closed at exit

@@ -12,6 +12,7 @@ import importlib.machinery
 import os
 import sys
 
+from . import import_system
 from .errors import ConfigError
 
 
@@ -112,16 +113,19 @@ def prepare(backend: str, layer: str = "") -> None:
     if layer == "real":
         from . import real_layer
 
-        real_layer.enable(real_layer.find_prepared())
-    elif backend == "sim" and _torch_first not in sys.meta_path:
-        sys.meta_path.append(_torch_first)
+        prepared = real_layer.find_prepared()
+        if prepared is None:  # it was when the layer was chosen; removed since
+            raise ConfigError("ASCEND_SHIM_SIM_LAYER=real: Huawei's torch_npu is no longer prepared; run "
+                              "`python -m ascend_shim fetch-torch-npu`")
+        real_layer.enable(prepared)
+    elif backend == "sim":
+        import_system.install("torch_first", _torch_first)
 
 
 def unprepare() -> None:
     """At deactivation: no finder of the shim's is left, and the emulator's own torch_npu layer goes (the device
     stays registered, as torch requires)."""
-    if _torch_first in sys.meta_path:
-        sys.meta_path.remove(_torch_first)
+    import_system.uninstall("torch_first")
     if "ascend_shim.sim" in sys.modules:
         sys.modules["ascend_shim.sim"].uninstall()
     if "ascend_shim.real_layer" in sys.modules:

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from .config import setting
 from .errors import ShimError
@@ -242,6 +242,8 @@ def inspect(entry: Entry) -> State:
 def _import_built(so_path: Path, name: str | None = None) -> ModuleType:
     name = name or so_path.stem
     spec = importlib.util.spec_from_file_location(name, so_path)
+    if spec is None or spec.loader is None:  # not a file name an import loader knows (a built extension is)
+        raise ImportError(f"{so_path} is not an importable extension module", name=name, path=str(so_path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules[name] = module

@@ -24,7 +24,8 @@ import contextlib
 import contextvars
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
+from types import FrameType
 
 #: native whatever the settings say (their code is the NPU's own)
 ALWAYS_NATIVE = frozenset({"torch", "torch_npu"})
@@ -131,7 +132,7 @@ def caller_is_native(depth: int = 2) -> bool:
     """True when the first frame outside ascend_shim (``depth`` frames up) belongs to a native module."""
     if _scope.get():
         return True
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None:
         g = frame.f_globals
         name = g.get("__name__") or ""

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--format", choices=("text", "json", "markdown", "env-markdown"), default="text",
                      help="markdown: the coverage table of docs/coverage.md; env-markdown: the settings table "
                           "of docs/configuration.md")
+    lst.add_argument("--removable", action="store_true",
+                     help="only the patches whose removal condition holds here (an upstream version the installed "
+                          "packages satisfy)")
 
     rep = sub.add_parser("report", help="pretty-print and merge JSON reports")
     rep.add_argument("files", nargs="+")
@@ -106,7 +109,8 @@ def main(argv=None) -> int:
 
 
 # -- run ----------------------------------------------------------------------------------------------------
-_VALUE_OPTIONS = {"--backend", "--sim-layer", "--disable", "--only", "--enable", "--report", "--log-level", "--patch-modules"}
+_VALUE_OPTIONS = {"--backend", "--sim-layer", "--disable", "--only", "--enable", "--report", "--log-level",
+                  "--patch-modules"}
 
 
 def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -220,7 +224,7 @@ def _cmd_list(ns) -> int:
     from .listing import render
 
     config = config_from_args(ns)
-    print(render(config, ns.format))
+    print(render(config, ns.format, removable=ns.removable))
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import ConfigError
 
@@ -93,11 +93,6 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "that exist before the program's first line (the interpreter's start-up and the shim's own modules, "
            "all long-lived) move to the garbage collector's permanent generation (`gc.freeze()`), so that the "
            "collector's passes over the program never walk them. 0: leave the collector untouched."),
-    EnvVar("ASCEND_SHIM_SPEEDUPS", "speedups", "1", "0 | 1",
-           "Use the compiled fast path (built at install when a C compiler is present) for the torch factories "
-           "(`torch.zeros`, `torch.empty` ...), `Tensor.to` and `torch.device`: a call that needs no "
-           "translation reaches torch with no Python frame of the shim. 0: the pure-Python wrappers, which "
-           "behave the same."),
     EnvVar("ASCEND_SHIM_USER_PACKAGES", "user_packages", "", "comma list of package or module names",
            "Packages treated as CUDA code like the user's (told CUDA is available, their `\"cuda\"` comparisons "
            "rewritten, `x.type()` reading `torch.cuda.*`) even where a patch set declares them NPU-native; "
@@ -196,7 +191,6 @@ class Config:
     save_device: str = "cuda"
     rewrite: bool = True
     gc_freeze: bool = True
-    speedups: bool = True
     user_packages: tuple[str, ...] = ()
     native_packages: tuple[str, ...] = ()
     user_roots: tuple[str, ...] = ()
@@ -211,7 +205,7 @@ class Config:
     sim_hccl_no_alias: bool = False
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Config":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> Config:
         """Read the environment, then apply keyword overrides (``None`` means: keep the environment's)."""
         env = os.environ if environ is None else environ
         values = {}
@@ -311,7 +305,7 @@ def _coerce(var: EnvVar, raw):
         if value and value not in SIM_HCCL_AVG:
             raise ConfigError(f"{name}={raw!r} is not a policy; valid values: {', '.join(SIM_HCCL_AVG)}")
         return value
-    if var.field in ("enabled", "strict", "rewrite", "gc_freeze", "speedups", "sim_build_verbose",
+    if var.field in ("enabled", "strict", "rewrite", "gc_freeze", "sim_build_verbose",
                      "sim_hccl_no_alias"):
         return raw if isinstance(raw, bool) else _parse_bool(name, str(raw))
     if var.field == "backend":

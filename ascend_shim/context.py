@@ -1,11 +1,19 @@
-"""What a patch factory gets: the original, the settings, the report, and undo-tracked helpers."""
+"""What a patch factory gets: the original, the settings, the report, undo-tracked helpers, and the little a
+patch may know of the emulated NPU (patch modules never import the emulator's modules)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from . import patching, virtual
-from .report import REPORT
+from .report import REPORT, Report
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .registry import Patch
 
 
 class PatchContext:
@@ -15,26 +23,59 @@ class PatchContext:
     (``replace``, ``provide_module``, ``set_env``) register their own undo, so ``deactivate()`` reverts them.
     """
 
-    def __init__(self, patch, config, backend: str):
+    def __init__(self, patch: Patch, config: Config, backend: str):
         self.patch = patch
         self.config = config
         #: the backend the patches serve: ``npu`` (hardware, and the emulated NPU under Huawei's torch_npu Python)
         #: or ``sim`` (the emulated NPU under its builtin layer)
         self.backend = backend
-        self.report = REPORT
+        self.report: Report = REPORT
+        #: for replace/wrap/add: the module or class holding the target attribute, and the attribute as it was
+        #: (None for ``add``). Any: they are the target library's objects, whose types the shim cannot know.
         self.owner: Any = None
         self.attr: str = ""
         self.original: Any = None
-        self.undos: list[Callable[[], None]] = []
+        self.undos: list[Callable[[], object]] = []  # what they return is ignored
 
     @property
     def emulated(self) -> bool:
         """Is the device the emulated NPU (either torch_npu layer)? For patches that stand in for what hardware
         discovery reads (device nodes, AscendCL), which the emulator does not have under any layer."""
-        return self.config is not None and self.config.backend == "sim"
+        return self.config.backend == "sim"
+
+    # -- the emulated NPU, as far as a patch may know it -------------------------------------------------------
+    @property
+    def emulator_loaded(self) -> bool:
+        """Is the emulated NPU's code loaded in this process (whatever the backend)?"""
+        return "ascend_shim.sim" in sys.modules
+
+    @property
+    def emulated_device_name(self) -> str:
+        """The name the emulated NPU gives its devices (``torch.npu.get_device_name()``); imports the emulator."""
+        from .sim import DEVICE_NAME
+
+        return DEVICE_NAME
+
+    @staticmethod
+    def emulated_memory(tensor: Any) -> Any:
+        """A CPU tensor sharing memory with an emulated NPU tensor (a CPU tensor itself): its values read without a
+        device sync, since the emulator's device memory is host memory. For checks a patch makes on the emulator."""
+        if tensor.device.type == "cpu":
+            return tensor
+        from .sim import cpu_alias
+
+        return cpu_alias(tensor.detach())
+
+    @staticmethod
+    def keep_dynamo_out_of_emulator(trace_rules: ModuleType) -> Callable[[], None]:
+        """Make dynamo (``torch._dynamo.trace_rules``) skip the emulator's code; returns the undo."""
+        from .sim import dynamo
+
+        return dynamo.register(trace_rules)
 
     # -- undo-tracked helpers for patches that change more than their one target -----------------------------
-    def replace(self, owner, attr: str, value, *, wrapper: bool = False, allow_missing: bool = False):
+    def replace(self, owner: object, attr: str, value: object, *, wrapper: bool = False,
+                allow_missing: bool = False) -> patching.Change:
         change = patching.replace(self.patch.id, owner, attr, value, allow_missing=allow_missing,
                                   is_wrapper=wrapper)
         self.undos.append(lambda: patching.revert([change]))
@@ -58,7 +99,7 @@ class PatchContext:
             os.environ[variable] = value
         self.report.env(variable, detail or (f"set to {value!r}" if value is not None else "unset"))
 
-        def undo():
+        def undo() -> None:
             if old is None:
                 os.environ.pop(variable, None)
             else:
@@ -66,7 +107,7 @@ class PatchContext:
 
         self.undos.append(undo)
 
-    def need(self, owner, name: str, what: str = ""):
+    def need(self, owner: object, name: str, what: str = "") -> Any:
         """``getattr(owner, name)``, or skip this patch (reported) when it does not exist here."""
         try:
             return getattr(owner, name)
@@ -76,5 +117,5 @@ class PatchContext:
             where = what or getattr(owner, "__name__", type(owner).__name__)
             raise TargetMissing(f"{where}.{name} is not available here ({type(exc).__name__})") from None
 
-    def on_undo(self, fn: Callable[[], None]) -> None:
+    def on_undo(self, fn: Callable[[], object]) -> None:
         self.undos.append(fn)

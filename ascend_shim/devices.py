@@ -33,16 +33,6 @@ def bind_torch() -> None:
 _str_cache: dict[str, str] = {}  # device strings seen so far -> translation (bounded below)
 
 
-def string_translations() -> dict[str, str]:
-    """The CUDA device strings translated so far -> their translation (the compiled fast paths read it)."""
-    return _str_cache
-
-
-def device_type() -> type:
-    """``torch.device`` once torch is imported."""
-    return _TorchDevice
-
-
 def _translate_str(value: str) -> str:
     new = _str_cache.get(value)
     if new is None:

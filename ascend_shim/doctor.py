@@ -46,9 +46,14 @@ import platform
 import re
 import shutil
 import sys
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from . import versions
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .scan.coverage import CoverageIndex
 
 VERDICTS = ("ok", "warn", "FAIL", "info")
 
@@ -92,7 +97,7 @@ class Environment:
     simulate: bool = False
 
     @classmethod
-    def current(cls, simulate: bool = False) -> "Environment":
+    def current(cls, simulate: bool = False) -> Environment:
         return cls(env=dict(os.environ), simulate=simulate)
 
     def path(self, absolute: str) -> str:
@@ -108,10 +113,10 @@ class Environment:
 class _Ctx:
     e: Environment
     backend: str                 # npu | sim | auto
-    config: object | None
+    config: Config | None
     sets: list
     set_errors: list[str]
-    index: object                # scan.coverage.CoverageIndex over the selected patches
+    index: CoverageIndex         # over the selected patches
 
     @property
     def hardware(self) -> bool:
@@ -123,11 +128,10 @@ class _Ctx:
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-_release, _base, _line = versions.release, versions.base, versions.line
 
 
 def _read_kv(path: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for raw in fh:
@@ -166,6 +170,7 @@ def check_backend(ctx: _Ctx) -> list[Check]:
 def _check_sim_layer(ctx: _Ctx) -> Check:
     """Which torch_npu Python the dry run will use over the emulated NPU."""
     from . import backend as backend_mod
+    from .errors import ConfigError
     from .real_layer import find_prepared
 
     setting = getattr(ctx.config, "sim_layer", None) or "auto"
@@ -187,7 +192,7 @@ def check_python(ctx: _Ctx) -> list[Check]:
     e = ctx.e
     py = tuple(e.python_version[:2])
     npu_v, torch_v = e.version_of("torch_npu"), e.version_of("torch")
-    line = _line(npu_v) or _line(torch_v)
+    line = versions.line(npu_v) or versions.line(torch_v)
     who = f"torch_npu {line}" if npu_v else f"torch_npu {line} (the line matching torch {torch_v})"
     if line in versions.TORCH_NPU_PYTHON:
         lo, hi = versions.TORCH_NPU_PYTHON[line]
@@ -211,17 +216,17 @@ def check_torch(ctx: _Ctx) -> list[Check]:
     tv, nv = e.version_of("torch"), e.version_of("torch_npu")
     out = []
     if tv is None:
-        want = f"torch=={_base(nv)}" if nv else "torch==<the torch_npu base version>"
+        want = f"torch=={versions.base(nv)}" if nv else "torch==<the torch_npu base version>"
         return [Check("torch", "FAIL", "torch is not installed",
                       f"pip install {want} --index-url https://download.pytorch.org/whl/cpu")]
     if nv is None:
         if ctx.hardware:
             out.append(Check("torch-npu", "FAIL", f"torch {tv} is installed but torch_npu is not: there is no NPU "
-                             "backend", f"pip install torch-npu=={_base(tv)} (the same base version as torch); or "
-                             "run on the emulator with --simulate"))
+                             "backend", f"pip install torch-npu=={versions.base(tv)} (the same base version as torch); "
+                             "or run on the emulator with --simulate"))
         else:
             out.append(Check("torch-npu", "info", f"torch {tv}; torch_npu not installed (not needed on the emulator; "
-                             f"for the NPU: pip install torch-npu=={_base(tv)})"))
+                             f"for the NPU: pip install torch-npu=={versions.base(tv)})"))
     else:
         pairing = versions.torch_npu_pairing(tv, nv)
         verdict = {True: "ok", None: "warn", False: ctx.hardware and "FAIL" or "warn"}[pairing.ok]
@@ -234,7 +239,7 @@ def check_torch(ctx: _Ctx) -> list[Check]:
         local = ""
     if ctx.hardware and local.startswith(("cu", "rocm")):
         out.append(Check("torch-build", "warn", f"torch {tv} is a {local} build; torch_npu expects the CPU build",
-                         f"pip install torch=={_base(tv)} --index-url https://download.pytorch.org/whl/cpu"))
+                         f"pip install torch=={versions.base(tv)} --index-url https://download.pytorch.org/whl/cpu"))
     return out
 
 
@@ -254,7 +259,8 @@ def _set_env_scripts(e: Environment) -> list[str]:
     candidates = [e.path(p) for p in SET_ENV_CANDIDATES]
     home = e.env.get("HOME")
     if home:
-        candidates += [os.path.join(home, "Ascend/ascend-toolkit/set_env.sh"), os.path.join(home, "Ascend/cann/set_env.sh")]
+        candidates += [os.path.join(home, "Ascend/ascend-toolkit/set_env.sh"),
+                       os.path.join(home, "Ascend/cann/set_env.sh")]
     return [c for c in candidates if os.path.isfile(c)]
 
 
@@ -384,8 +390,12 @@ def check_driver(ctx: _Ctx) -> list[Check]:
 
 
 def _device_nodes(e: Environment) -> list[str]:
-    return sorted((p for p in glob.glob(e.path("/dev/davinci*")) if re.search(r"davinci\d+$", p)),
-                  key=lambda p: int(re.search(r"(\d+)$", p).group(1)))
+    numbered = []
+    for path in glob.glob(e.path("/dev/davinci*")):
+        match = re.search(r"davinci(\d+)$", path)
+        if match:
+            numbered.append((int(match.group(1)), path))
+    return [path for _, path in sorted(numbered)]
 
 
 def _translating_patches(ctx: _Ctx, var: str) -> list[str]:
@@ -519,7 +529,7 @@ def check_hccl(ctx: _Ctx) -> list[Check]:
         n = _int(raw)
         if n is None or n < 0:
             out.append(Check(var, "FAIL", f"{var}={raw!r} is not a whole number of seconds", f"e.g. export {var}=1800"))
-        elif var == "HCCL_CONNECT_TIMEOUT" and not (HCCL_CONNECT_TIMEOUT_RANGE[0] <= n <= HCCL_CONNECT_TIMEOUT_RANGE[1]):
+        elif var == "HCCL_CONNECT_TIMEOUT" and not HCCL_CONNECT_TIMEOUT_RANGE[0] <= n <= HCCL_CONNECT_TIMEOUT_RANGE[1]:
             lo, hi = HCCL_CONNECT_TIMEOUT_RANGE
             out.append(Check(var, "warn", f"{var}={n} is outside CANN's documented range {lo}-{hi} s",
                              f"use a value in {lo}-{hi}"))
@@ -618,8 +628,8 @@ def check_target_libraries(ctx: _Ctx) -> list[Check]:
     return out
 
 
-def _numpy_spec(ctx: _Ctx) -> tuple[str, str]:
-    va = ctx.e.version_of("vllm-ascend") or ctx.e.version_of("vllm_ascend")
+def _numpy_spec(ctx: _Ctx, va: str) -> tuple[str, str]:
+    """numpy's requirement for vllm-ascend ``va``."""
     return versions.numpy_requirement(va, ctx.e.requires_of("vllm-ascend") or ctx.e.requires_of("vllm_ascend"))
 
 
@@ -630,7 +640,7 @@ def check_vllm(ctx: _Ctx) -> list[Check]:
     if va:
         pairing = versions.vllm_pairing(vllm, va)
         out.append(Check("vllm", "ok" if pairing.ok else "FAIL", pairing.message, pairing.fix))
-        spec, source = _numpy_spec(ctx)
+        spec, source = _numpy_spec(ctx, va)
         np_v = e.version_of("numpy")
         if np_v is None:
             out.append(Check("numpy", "warn", "numpy is not installed (vllm-ascend needs it)",

@@ -18,6 +18,7 @@ frame: the frames of runpy, the CLI and the stub are dropped (and, for the shim'
 from __future__ import annotations
 
 import builtins
+import importlib.abc
 import importlib.machinery
 import io
 import os
@@ -25,7 +26,7 @@ import runpy
 import sys
 import threading
 import types
-from types import ModuleType
+from types import FrameType, ModuleType, TracebackType
 
 _main_codes: set[int] = set()  # ids of the code objects run as __main__ (their frames start user tracebacks)
 _keep: list = []  # the code objects themselves (their ids stay valid)
@@ -56,7 +57,8 @@ def user_traceback(exc: BaseException):
     from .errors import ShimError
 
     if isinstance(exc, ShimError):  # raised on purpose by the shim for the user's call: end at that call
-        last, cur = None, first
+        last: TracebackType | None = None
+        cur: TracebackType | None = first
         while cur is not None:
             if not _is_shim_frame(cur.tb_frame):
                 last = cur
@@ -237,7 +239,8 @@ def run_module(name: str, argv: list[str] | None = None) -> None:
         sys.argv[:] = argv
     _set_path0(os.getcwd(), cli_owns_path0())
     _install_excepthook()
-    mod_name, spec, code = runpy._get_module_details(name, ProgramNotFound)
+    # runpy's own resolution of ``python -m`` (private, so typeshed leaves it out)
+    mod_name, spec, code = runpy._get_module_details(name, ProgramNotFound)  # type: ignore[attr-defined]
     sys.argv[0] = spec.origin
     _run_spec(mod_name, spec, code)
 
@@ -252,7 +255,8 @@ def run_directory(path: str, argv: list[str] | None = None) -> None:
     else:
         sys.path.insert(0, path)
     _install_excepthook()
-    mod_name, spec, code = runpy._get_main_module_details(ProgramNotFound)
+    # runpy's own resolution of ``python DIR`` (private, so typeshed leaves it out)
+    mod_name, spec, code = runpy._get_main_module_details(ProgramNotFound)  # type: ignore[attr-defined]
     _run_spec(mod_name, spec, code)
 
 
@@ -265,7 +269,7 @@ def _in_startup() -> bool:
     main = sys.modules.get("__main__")
     if main is None or "__file__" in main.__dict__:
         return False
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == "site":
             return True
@@ -285,13 +289,16 @@ def arm_worker_main() -> bool:
     if argv0 in ("", "-", "-c", "-m") or not os.path.isfile(argv0) or not is_user_file(argv0):
         return False
     _armed.update(path=argv0, real=os.path.realpath(argv0))
-    sys.path_hooks.insert(0, _main_path_hook)
+    from . import import_system
+
+    import_system.install_path_hook(_main_path_hook)
     return True
 
 
 def disarm_worker_main() -> None:
-    if _main_path_hook in sys.path_hooks:
-        sys.path_hooks.remove(_main_path_hook)
+    from . import import_system
+
+    import_system.uninstall_path_hook(_main_path_hook)
 
 
 def _main_path_hook(entry):
@@ -321,7 +328,7 @@ class _MainFinder:
         pass
 
 
-class _StubLoader:
+class _StubLoader(importlib.abc.Loader):
     """Its ``__main__`` code calls :func:`_run_claimed_main` (runpy runs it as Python's main program)."""
 
     def __init__(self, entry: str):

@@ -14,16 +14,20 @@ inherits the handler but writes nothing: the report is its parent's, under the p
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from typing import Callable
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: how long a signal waits for the report to be written before the process goes on ending
 WRITE_TIMEOUT = 10.0
 
-_previous: dict[int, object] = {}  # signal -> the handler it had before ours
+#: signal -> the handler it had before ours (a Python function, or SIG_DFL)
+_previous: dict[int, Callable[[int, FrameType | None], Any] | int] = {}
 _writer: Callable[[bool], None] | None = None  # writes the report; its argument: the process is ending now
 _writer_pid = 0  # the process whose report it is
 
@@ -71,7 +75,5 @@ def _on_signal(signum, frame):
 
 
 def _write_quietly(writer: Callable[[bool], None], ending: bool) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the signal must go on, whatever happened to the report
         writer(ending)
-    except Exception:  # the signal must go on, whatever happened to the report
-        pass

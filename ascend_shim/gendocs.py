@@ -20,7 +20,10 @@ def coverage_page() -> str:
     return (_NOTE + "# Coverage\n\n"
             "Every patch set and patch the shim ships, generated from their declarations (`python -m ascend_shim "
             "list` shows the same with each patch's status in your environment). A set applies only where its "
-            "version gate holds; each patch says what it does and when it can be removed.\n\n"
+            "version gate holds; each patch says what it does and when it can be removed: a condition a program "
+            "checks -- a requirement on an upstream package (`torch_npu>=2.6`), a link to where upstream tracks "
+            "the change, or `never` for a permanent translation -- then the reason (`list` judges version "
+            "conditions against the installed packages; `list --removable` shows those that hold).\n\n"
             "## Fidelity\n\nEach patch declares what it delivers for its CUDA feature; `scan` turns that into "
             "its verdict.\n\n" + fidelity.markdown() + "\n## Patch sets\n\n" + coverage_table(collect(Config())))
 

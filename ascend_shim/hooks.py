@@ -1,11 +1,13 @@
 """Post-import hooks: run a callback when a module has finished importing (or at once if it already has).
 
-Modelled on wrapt's importer, with three differences that matter for patching torch:
+Modelled on wrapt's importer: a meta-path finder wraps the loader of a watched module, and the wrapper puts the
+real loader back on the module (``__loader__``, ``__spec__.loader``) before executing it, so runpy,
+pkg_resources and pickling see nothing unusual. It differs where patching torch needs it:
 
 * a hook for ``torch.cuda`` does not run while ``torch`` (any parent package) is still initialising: it
   waits until the whole package is importable, so patches never see a half-built parent;
-* the finder leaves no proxy behind: the module's ``__loader__`` / ``__spec__.loader`` are the real loader
-  (runpy, pkg_resources and pickling see nothing unusual);
+* the finder asks the finders behind it directly (:func:`.import_system.spec_from_others`) instead of
+  ``importlib.util.find_spec``, which imports the parent package under the import system's global lock;
 * hooks can be removed (``clear``), and the finder leaves ``sys.meta_path`` when nothing is watched.
 
 Each module's hooks run once, outside the registry lock (a hook may import other modules); the import
@@ -15,19 +17,20 @@ from __future__ import annotations
 
 import contextlib
 import importlib.abc
-import importlib.util
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
-Hook = Callable[[object], None]
+from . import import_system
+
+Hook = Callable[[Any], None]  # given the module just imported (Any: its attributes are its own)
 
 _lock = threading.RLock()
 _hooks: dict[str, list[Hook]] = {}  # module name -> hooks still to run
 _watched: set[str] = set()  # module names (with their parents) the finder intercepts
 _pending: set[str] = set()  # imported modules whose hooks wait for a parent package to finish
 _batch_end: list[Callable[[], None]] = []  # run after each group of hooks that became ready together
-_guard = threading.local()
 _group = threading.local()  # .depth of one_group() blocks in this thread, .ran: hooks ran inside
 
 
@@ -69,33 +72,11 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in _watched:
             return None
-        busy = getattr(_guard, "names", None)
-        if busy is None:
-            busy = _guard.names = set()
-        if fullname in busy:
-            return None
-        busy.add(fullname)
-        try:
-            spec = self._spec_from_others(fullname, path, target)
-        finally:
-            busy.discard(fullname)
+        spec = import_system.spec_from_others(self, fullname, path, target)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _NotifyingLoader(spec.loader)
         return spec
-
-    def _spec_from_others(self, fullname, path, target):
-        """Ask the other finders directly. ``importlib.util.find_spec`` would import the parent package, and
-        finders run under the import system's global lock: an import from here deadlocks against a thread
-        that is importing that parent, beyond Python's deadlock detection."""
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                return spec
-        return None
 
 
 _finder = _PostImportFinder()
@@ -163,8 +144,8 @@ def one_group():
 
 def _maybe_drop_finder():
     with _lock:
-        if not _hooks and _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+        if not _hooks:
+            import_system.uninstall("post_import_hooks")
             _watched.clear()
 
 
@@ -174,8 +155,7 @@ def when_imported(name: str, hook: Hook) -> None:
         _hooks.setdefault(name, []).append(hook)
         _watched.add(name)
         _watched.update(_parents(name))
-        if _finder not in sys.meta_path:
-            sys.meta_path.insert(0, _finder)
+        import_system.install("post_import_hooks", _finder)
         already = name in sys.modules
         if already:
             _pending.add(name)
@@ -198,5 +178,4 @@ def clear() -> None:
         _pending.clear()
         _watched.clear()
         _batch_end.clear()
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+        import_system.uninstall("post_import_hooks")

@@ -1,21 +1,26 @@
 """``ascend-shim list``: every patch set and patch, with metadata and status in this environment.
 
 Generated from the declarations alone, like the coverage table of docs/coverage.md (``--format markdown``), so the
-documentation cannot drift from the code.
+documentation cannot drift from the code. Each patch's removal condition is judged here: a version condition
+against the installed packages (``--removable`` keeps only the patches whose condition holds).
 """
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from .selection import judged_backend, patch_disabled, set_status, validate_ids
 from .config import Config
-from .registry import all_patch_sets
+from .registry import Patch, all_patch_sets
+from .removal import KINDS, evaluate
 
 
-def collect(config: Config) -> list[dict]:
+def collect(config: Config, removable: bool = False) -> list[dict]:
+    """Every set and patch as data; ``removable``: only the patches whose removal condition holds here (and their
+    sets)."""
     sets, _ = all_patch_sets(config.patch_modules)
     validate_ids(config, sets)
-    out = []
+    out: list[dict[str, Any]] = []
     for s in sets:
         status, reason, found = set_status(s, config, judged_backend(config.backend))
         out.append({
@@ -25,11 +30,21 @@ def collect(config: Config) -> list[dict]:
             "project": s.project.describe() if s.project else None, "native": list(s.native),
             "patches": [{
                 "id": p.id, "target": p.target, "kind": p.kind, "fidelity": p.fidelity, "why": p.why,
-                "what": p.what, "remove_when": p.remove_when, "covers": list(p.covers),
+                "what": p.what, "remove_when": p.remove_when, "removal": _removal(p), "covers": list(p.covers),
                 "status": _patch_status(p, s, config, status),
             } for p in s.patches],
         })
+    if removable:
+        for listed in out:
+            listed["patches"] = [p for p in listed["patches"] if p["removal"]["state"] == "removable"]
+        out = [listed for listed in out if listed["patches"]]
     return out
+
+
+def _removal(p: Patch) -> dict[str, str]:
+    """The parsed removal condition of a patch and what it says here."""
+    verdict = evaluate(p.removal)
+    return {**p.removal.as_dict(), "state": verdict.state, "detail": verdict.detail}
 
 
 def _patch_status(p, s, config: Config, set_state: str) -> str:
@@ -40,8 +55,8 @@ def _patch_status(p, s, config: Config, set_state: str) -> str:
     return f"disabled: {why}" if why else "active"
 
 
-def render(config: Config, fmt: str = "text") -> str:
-    data = collect(config)
+def render(config: Config, fmt: str = "text", removable: bool = False) -> str:
+    data = collect(config, removable)
     if fmt == "json":
         return json.dumps(data, indent=1)
     if fmt == "markdown":
@@ -63,8 +78,22 @@ def render(config: Config, fmt: str = "text") -> str:
             lines.append(f"      why:  {p['why']}")
             lines.append(f"      what: {p['what']}")
             lines.append(f"      remove when: {p['remove_when']}")
+            if p["removal"]["kind"] == "version":  # judged here; a link is checked upstream
+                lines.append(f"                   {p['removal']['detail']}")
         lines.append("")
+    if removable and not data:
+        lines.append("no patch is removable here: no version condition is satisfied by the installed packages")
+    lines.append(_removal_summary(data))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _removal_summary(data: list[dict[str, Any]]) -> str:
+    """One line: how many patches have each kind of removal condition, and how many are removable here."""
+    removals = [p["removal"] for s in data for p in s["patches"]]
+    count = {kind: sum(r["kind"] == kind for r in removals) for kind in KINDS}
+    here = sum(r["state"] == "removable" for r in removals)
+    return (f"removal conditions: {count['version']} version ({here} removable here), {count['link']} link, "
+            f"{count['never']} never")
 
 
 def env_table() -> str:
@@ -99,7 +128,17 @@ def coverage_table(data: list[dict]) -> str:
         out.append("| patch | target | kind | fidelity | what it does | remove when |")
         out.append("|---|---|---|---|---|---|")
         for p in s["patches"]:
-            cells = [p["id"], f"`{p['target']}`", p["kind"], p["fidelity"], p["what"], p["remove_when"]]
+            cells = [p["id"], f"`{p['target']}`", p["kind"], p["fidelity"], p["what"], _removal_cell(p["removal"])]
             out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         out.append("\n</details>\n")
     return "\n".join(out)
+
+
+def _removal_cell(removal: dict[str, str]) -> str:
+    """A removal condition in the coverage table: a requirement as code, a link as a link, then the reason."""
+    condition = removal["condition"]
+    if removal["kind"] == "version":
+        condition = f"`{condition}`"
+    elif removal["kind"] == "link":
+        condition = f"<{condition}>"
+    return f"{condition}: {removal['reason']}"

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import sys
@@ -172,10 +173,8 @@ def revert(changes: list[Change]) -> None:
     with _lock:
         for change in reversed(changes):
             if change.original is _MISSING:
-                try:
+                with contextlib.suppress(AttributeError):  # already gone
                     delattr(change.owner, change.attr)
-                except AttributeError:
-                    pass
             else:
                 setattr(change.owner, change.attr, change.original)
             original = bound(change.owner, change.original)

@@ -19,11 +19,22 @@ import dataclasses
 import importlib
 import pkgutil
 import types
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable
 
 from . import fidelity
 from .errors import ConfigError
+from .removal import Removal, parse_removal
 from .versions import Project
+
+if TYPE_CHECKING:
+    from .context import PatchContext
+
+#: what a patch's factory is: called with the context, it returns what its kind says (the new attribute, or
+#: for ``call`` its undo); patch modules annotate factories ``def f(ctx: PatchContext) -> ...`` to be type-checked
+#: (a lambda passed to ``patch(...)`` keeps the type mypy gives it alone: ``ctx`` unchecked)
+Factory = Callable[["PatchContext"], object]
+_F = TypeVar("_F", bound=Factory)
 
 ENTRY_POINT_GROUP = "ascend_shim.patch_sets"
 
@@ -40,7 +51,8 @@ KINDS = {
 
 @dataclasses.dataclass(frozen=True)
 class Patch:
-    """One declared change. ``target`` is ``"module:attr.path"`` (or ``"module"`` / ``"env:VAR"``)."""
+    """One declared change. ``target`` is ``"module:attr.path"`` (or ``"module"`` / ``"env:VAR"``);
+    ``remove_when`` is ``"<condition>: <reason>"``, the condition checkable (:mod:`ascend_shim.removal`)."""
 
     id: str
     target: str
@@ -48,7 +60,7 @@ class Patch:
     why: str
     what: str
     remove_when: str
-    factory: Callable[..., Any] = dataclasses.field(repr=False, compare=False)
+    factory: Factory = dataclasses.field(repr=False, compare=False)
     fidelity: str = "exact"
     #: CUDA-isms this patch covers, as ``scan`` names them (e.g. "torch.cuda.memory_allocated", "nccl")
     covers: tuple[str, ...] = ()
@@ -66,6 +78,15 @@ class Patch:
         for field in ("id", "target", "why", "what", "remove_when"):
             if not getattr(self, field).strip():
                 raise ValueError(f"patch {self.id or '?'}: metadata field {field!r} is empty")
+        try:
+            parse_removal(self.remove_when)
+        except ValueError as exc:
+            raise ValueError(f"patch {self.id}: {exc}") from None
+
+    @property
+    def removal(self) -> Removal:
+        """The parsed ``remove_when``: its checkable condition and its reason."""
+        return parse_removal(self.remove_when)
 
     @property
     def module(self) -> str | None:
@@ -75,10 +96,6 @@ class Patch:
         if self.kind == "provide-module":
             return None
         return self.target.partition(":")[0]
-
-    @property
-    def attribute(self) -> str:
-        return self.target.partition(":")[2]
 
 
 @dataclasses.dataclass
@@ -130,10 +147,10 @@ class PatchSet:
 
     def patch(self, target: str, *, kind: str = "wrap", why: str, what: str, remove_when: str,
               id: str | None = None, fidelity: str = "exact", covers: Iterable[str] = (),
-              requires: dict[str, str] | None = None, sweep: bool = True):
+              requires: dict[str, str] | None = None, sweep: bool = True) -> Callable[[_F], _F]:
         """Decorator declaring a patch whose factory is the decorated function: ``factory(ctx) -> value``."""
 
-        def decorate(factory):
+        def decorate(factory: _F) -> _F:
             name = id or f"{self.id}.{target.replace(':', '.')}"
             self.add(Patch(id=name, target=target, kind=kind, why=why, what=what, remove_when=remove_when,
                            factory=factory, fidelity=fidelity, covers=tuple(covers),
@@ -143,8 +160,8 @@ class PatchSet:
         return decorate
 
 
-def _native_factory(packages: tuple[str, ...]):
-    def native(ctx):
+def _native_factory(packages: tuple[str, ...]) -> Factory:
+    def native(ctx: PatchContext) -> Callable[[], None]:
         from .callers import register_native, unregister_native
 
         added = register_native(*packages)
@@ -156,7 +173,7 @@ def _native_factory(packages: tuple[str, ...]):
 def _sets_from(obj: Any, where: str) -> list[PatchSet]:
     if isinstance(obj, types.ModuleType):
         # frames of a patch module's wrappers are not the user's call sites (see report._call_site)
-        obj.__ascend_shim_internal__ = True
+        obj.__dict__["__ascend_shim_internal__"] = True
     if isinstance(obj, PatchSet):
         return [obj]
     if isinstance(obj, (list, tuple)):
@@ -167,9 +184,9 @@ def _sets_from(obj: Any, where: str) -> list[PatchSet]:
 
 
 def builtin_patch_sets() -> list[PatchSet]:
-    import ascend_shim.patches as pkg
-
-    found = []
+    # by name: in the source tree the package is the top-level patches/ folder (setup.py's package_dir)
+    pkg = importlib.import_module("ascend_shim.patches")
+    found: list[PatchSet] = []
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
             continue
@@ -204,9 +221,10 @@ def _entry_points(group: str) -> list:
     """``importlib.metadata.entry_points(group=group)``, without parsing the entry points of every installed
     distribution: only the files that mention the group are parsed (the first distribution of a name wins, as
     in ``importlib.metadata``)."""
-    from importlib.metadata import distributions
+    from importlib.metadata import EntryPoint, distributions
 
-    found, seen = [], set()
+    found: list[EntryPoint] = []
+    seen: set[str] = set()
     for dist in distributions():
         name = getattr(dist, "_normalized_name", None) or dist.metadata["Name"]
         if name in seen:

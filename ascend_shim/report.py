@@ -184,10 +184,8 @@ class Report:
                     counts[key] = counts.get(key, 0) + n
         merged: dict[tuple, int] = {}
         for (c, a, d, where, pos), n in counts.items():
-            if isinstance(where, str):
-                k = (c, a, d, where, pos)
-            else:
-                k = (c, a, d, where.co_filename, _line_of(where, pos))
+            file, line = (where, pos) if isinstance(where, str) else (where.co_filename, _line_of(where, pos))
+            k = (c, a, d, file, line)
             merged[k] = merged.get(k, 0) + n
         out = [{"category": c, "api": a, "detail": d, "file": f, "line": ln, "count": n}
                for (c, a, d, f, ln), n in merged.items()]
@@ -198,8 +196,8 @@ class Report:
             sets, patches, notes = dict(self.sets), dict(self.patches), list(self.notes)
         return {
             "schema": SCHEMA,
-            "process": {"pid": os.getpid(), "rank": process_rank(), "argv": list(sys.argv),
-                        "backend": self.backend, "sim_layer": self.sim_layer, "started": self.started, "ended": time.time()},
+            "process": {"pid": os.getpid(), "rank": process_rank(), "argv": list(sys.argv), "backend": self.backend,
+                        "sim_layer": self.sim_layer, "started": self.started, "ended": time.time()},
             "patch_sets": sets, "patches": patches, "events": self.events(), "notes": notes,
         }
 
@@ -387,16 +385,18 @@ def _json_type(value) -> str:
 
 def merge(reports: list[dict]) -> dict:
     """Combine per-process reports: counts summed per call site, statuses listed per process."""
-    merged = {"schema": SCHEMA, "processes": [], "patch_sets": {}, "patches": {}, "events": [], "notes": []}
+    processes: list[dict] = []
+    statuses: dict[str, dict[str, dict]] = {"patch_sets": {}, "patches": {}}
+    notes: list[str] = []
     events: dict[tuple, dict] = {}
     for rep in reports:
         if "processes" in rep:  # an already merged report
-            merged["processes"].extend(rep["processes"])
+            processes.extend(rep["processes"])
         else:
-            merged["processes"].append(rep.get("process", {}))
-        for key in ("patch_sets", "patches"):
+            processes.append(rep.get("process", {}))
+        for key, merged_infos in statuses.items():
             for ident, info in rep.get(key, {}).items():
-                slot = merged[key].setdefault(ident, dict(info))
+                slot = merged_infos.setdefault(ident, dict(info))
                 if info.get("status") != slot.get("status"):
                     slot["status"] = "mixed"
                     slot.setdefault("per_process", []).append(info.get("status"))
@@ -406,9 +406,9 @@ def merge(reports: list[dict]) -> dict:
                 events[k]["count"] += ev["count"]
             else:
                 events[k] = dict(ev)
-        merged["notes"].extend(n for n in rep.get("notes", []) if n not in merged["notes"])
-    merged["events"] = sorted(events.values(), key=_event_order)
-    return merged
+        notes.extend(n for n in rep.get("notes", []) if n not in notes)
+    return {"schema": SCHEMA, "processes": processes, **statuses, "events": sorted(events.values(), key=_event_order),
+            "notes": notes}
 
 
 def _short(path: str) -> str:

@@ -120,9 +120,12 @@ def _plain_satisfies(version: str, specifier: str) -> bool | None:
     match = _PLAIN_VERSION.fullmatch(version.strip())
     if match is None:
         return None
-    clauses = [_PLAIN_CLAUSE.fullmatch(c) for c in specifier.split(",")] if specifier.strip() else []
-    if any(c is None for c in clauses):
-        return None
+    clauses: list[re.Match[str]] = []
+    for text in specifier.split(",") if specifier.strip() else ():
+        clause = _PLAIN_CLAUSE.fullmatch(text)
+        if clause is None:
+            return None
+        clauses.append(clause)
     have = tuple(int(n) for n in match.group(1).split("."))
     for clause in clauses:
         want = tuple(int(n) for n in clause.group(2).split("."))
@@ -266,11 +269,12 @@ def project_version(project: Project) -> tuple[str | None, str]:
     it is importable but declares no literal version."""
     key = (project.dist, project.package, project.version_file)
     found = _found.get(key)
-    if found is None:
-        found = _project_version(*key)
-        if found[0] is not None:  # an absent project may still appear on sys.path later: asked again then
-            _found[key] = found
-    return found
+    if found is not None:
+        return found
+    version, where = _project_version(*key)
+    if version is not None:  # an absent project may still appear on sys.path later: asked again then
+        _found[key] = (version, where)
+    return version, where
 
 
 _found: dict[tuple, tuple[str, str]] = {}

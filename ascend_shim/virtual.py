@@ -7,8 +7,9 @@ Two things the shim must make look installed although no wheel is present:
   ``torch_npu.npu is ascend_shim.sim.torch_npu.npu``.
 * a *distribution*: libraries detect packages with ``importlib.metadata.version("flash_attn")``; a
   :class:`VirtualDistribution` answers such queries. One is registered only where no real distribution of
-  that name is installed (the providing patch checks first): our finder sits first in ``sys.meta_path``, so
-  that an active alias is never shadowed by a module of the same name.
+  that name is installed (the providing patch checks first). Our finder has the first slot in
+  ``sys.meta_path`` (:mod:`.import_system`), so that an active alias is never shadowed by a module of the same
+  name.
 
 Both are registered and unregistered explicitly, so deactivation leaves no trace.
 """
@@ -22,11 +23,11 @@ import sys
 import threading
 from pathlib import Path
 
-from . import versions
+from . import import_system, versions
 
 _lock = threading.RLock()
 _aliases: dict[str, str] = {}  # alias top-level name -> real dotted prefix
-_distributions: dict[str, "VirtualDistribution"] = {}  # normalized name -> dist
+_distributions: dict[str, VirtualDistribution] = {}  # normalized name -> dist
 
 
 def _normalize(name: str) -> str:
@@ -80,7 +81,8 @@ def _locate(name: str) -> tuple[bool, list[str] | None]:
             locations = getattr(module, "__path__", None)
         else:
             if i == 0:
-                spec = importlib.machinery.PathFinder.find_spec(prefix) or _spec_from_other_finders(prefix)
+                spec = (importlib.machinery.PathFinder.find_spec(prefix)
+                        or import_system.spec_from_others(_finder, prefix))  # editable installs and the like
             else:
                 spec = importlib.machinery.PathFinder.find_spec(prefix, path)
             if spec is None:
@@ -92,21 +94,7 @@ def _locate(name: str) -> tuple[bool, list[str] | None]:
     return True, path
 
 
-def _spec_from_other_finders(name: str):
-    """A top-level name found by a finder other than the path finder (editable installs and the like)."""
-    for finder in list(sys.meta_path):
-        if finder is _finder or isinstance(finder, type) and issubclass(finder, importlib.machinery.PathFinder):
-            continue
-        find = getattr(finder, "find_spec", None)
-        if find is None:
-            continue
-        try:
-            spec = find(name, None)
-        except Exception:
-            continue
-        if spec is not None:
-            return spec
-    return None
+_ANY_DISTRIBUTION = importlib.metadata.DistributionFinder.Context()  # the default query: every name
 
 
 class _VirtualFinder(importlib.abc.MetaPathFinder):
@@ -134,7 +122,7 @@ class _VirtualFinder(importlib.abc.MetaPathFinder):
             spec.submodule_search_locations = list(locations)
         return spec
 
-    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+    def find_distributions(self, context: importlib.metadata.DistributionFinder.Context = _ANY_DISTRIBUTION):
         name = getattr(context, "name", None)
         with _lock:
             dists = list(_distributions.values())
@@ -147,16 +135,13 @@ class _VirtualFinder(importlib.abc.MetaPathFinder):
 _finder = _VirtualFinder()
 
 
-def _ensure_finder():
-    if _finder not in sys.meta_path:
-        # first for module aliases (a real module of the same name must not shadow an active alias);
-        # distributions are looked up with every finder anyway and real ones come from PathFinder.
-        sys.meta_path.insert(0, _finder)
+def _ensure_finder() -> None:
+    import_system.install("virtual", _finder)
 
 
-def _drop_finder_if_unused():
-    if not _aliases and not _distributions and _finder in sys.meta_path:
-        sys.meta_path.remove(_finder)
+def _drop_finder_if_unused() -> None:
+    if not _aliases and not _distributions:
+        import_system.uninstall("virtual")
 
 
 def register_alias(name: str, real: str) -> None:

@@ -1,8 +1,9 @@
 """Per-call overhead of the shim's flash_attn provider against a hand port to npu_fusion_attention, side by side.
 
 A hand port (seed 000, AReaL's NPU guide) rewrites each call site to call ``torch_npu.npu_fusion_attention``
-directly; the shim instead serves ``import flash_attn`` from ``ascend_shim/providers/flash_attn`` and maps each call onto the same
-op (argument checks, plan, mask cache, host lists for ``cu_seqlens``). Cases, on the emulated NPU (sim backend):
+directly; the shim instead serves ``import flash_attn`` from ``ascend_shim/providers/flash_attn`` and maps each
+call onto the same op (argument checks, plan, mask cache, host lists for ``cu_seqlens``). Cases, on the emulated
+NPU (sim backend):
 
 1. dense causal forward, ``flash_attn_func(q, k, v, causal=True)`` (B=2, S=256, H=8, D=64, bf16) vs.
    ``npu_fusion_attention(q, k, v, 8, "BSND", atten_mask=<2048 triu mask, built once>, scale=D**-0.5,
@@ -85,7 +86,7 @@ class Case:
 
     def line(self):
         p, h = statistics.median(self.t["provider"]), statistics.median(self.t["hand"])
-        diffs = [(a - b) * 1e6 for a, b in zip(self.t["provider"], self.t["hand"])]
+        diffs = [(a - b) * 1e6 for a, b in zip(self.t["provider"], self.t["hand"], strict=True)]
         lo, hi = quartiles(diffs)
         return (f"  {self.name:34s} hand-port {h * 1e3:8.3f} ms  provider {p * 1e3:8.3f} ms  ratio {p / h:6.3f}  "
                 f"diff {statistics.median(diffs):+9.1f} us/{self.unit} (IQR {lo:+.1f} .. {hi:+.1f})")

@@ -56,12 +56,12 @@ def main():
                 per_call = timer.timeit(args.number) / args.number * 1e9
                 timings[name][state].append(per_call)
     op_coverage.install_builtin()
-    print(f"operator-coverage check (ns of CPU time per call, median of {args.rounds} rounds of {args.number}; ratio: median "
-          f"of the per-round ratios):")
+    print(f"operator-coverage check (ns of CPU time per call, median of {args.rounds} rounds of {args.number}; "
+          "ratio: median of the per-round ratios):")
     for name, t in timings.items():
         off, on = statistics.median(t["off"]), statistics.median(t["on"])
-        ratio = statistics.median(b / a for a, b in zip(t["off"], t["on"]))
-        floor = statistics.median(b / a for a, b in zip(t["off"], t["off again"]))
+        ratio = statistics.median(b / a for a, b in zip(t["off"], t["on"], strict=True))
+        floor = statistics.median(b / a for a, b in zip(t["off"], t["off again"], strict=True))
         print(f"  {name:28s} unchecked {off:8.0f}  checked {on:8.0f}  ratio {ratio:.3f}  (A/A {floor:.3f})")
 
 if __name__ == "__main__":

@@ -15,18 +15,26 @@ detection picks ``NPUPlatform``. The rest of AReaL's CUDA surface needs no proje
   ``sitecustomize`` and get ``ASCEND_RT_VISIBLE_DEVICES`` per server from AReaL itself; in those children the
   ``vllm`` set declares vLLM and vLLM-Ascend native (vLLM-Ascend is a platform plugin that expects real CUDA
   answers);
-* ``vllm.device: npu`` / ``vLLMConfig(device="npu")`` -- the setting of NPU ports of AReaL -- is accepted: the device of a
-  vLLM server follows the platform (ASCEND_RT_VISIBLE_DEVICES + the vLLM-Ascend plugin), so the value is
+* ``vllm.device: npu`` / ``vLLMConfig(device="npu")`` -- the setting of NPU ports of AReaL -- is accepted: the device
+  of a vLLM server follows the platform (ASCEND_RT_VISIBLE_DEVICES + the vLLM-Ascend plugin), so the value is
   checked, recorded and kept out of the server command line (vLLM has no ``--device`` flag any more).
 """
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 
-REMOVE = "AReaL checks the NPU before CUDA in platform detection (as its ascend-v1.0.1 branch does)"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ascend_shim.context import PatchContext
+
+REMOVE = ("https://github.com/inclusionAI/AReaL/blob/main/areal/infra/platforms/__init__.py: AReaL's platform "
+          "detection tries CUDA before the NPU (its ascend-v1.0.1 branch checks the NPU first)")
 SPEC = ">=0.5,<1.1"
 areal = PatchSet(
     project=Project("areal", SPEC, dist="areal"), native=("areal",),
@@ -40,63 +48,26 @@ areal = PatchSet(
 )
 
 
-_DEVICES = {"npu": "npu", "cuda": "npu", "auto": "npu", "gpu": "npu"}
-
-
-def _check_device(value, report, where):
-    name = str(value).strip().lower().partition(":")[0]
-    if name not in _DEVICES:
-        raise ValueError(f"{where}={value!r}: under ascend_shim a vLLM server runs on the NPU platform "
-                         f"(accepted: {', '.join(sorted(_DEVICES))}); patch areal.vllm_config_device")
-    report.translated(where, f"{value!r}: the vLLM server device follows AReaL's NPU platform "
-                             "(ASCEND_RT_VISIBLE_DEVICES, vLLM-Ascend); not passed to vLLM")
-    return _DEVICES[name]
-
-
 @areal.patch("areal.api.cli_args:vLLMConfig.__init__", id="areal.vllm_config_device",
              why="NPU ports of AReaL add vLLMConfig.device ('npu'); upstream vLLMConfig has no such field, so "
                  "vLLMConfig(device='npu') raises TypeError.",
              what="vLLMConfig(device=...) accepts npu/cuda/gpu/auto (anything else: a clear ValueError), records "
                   "it and keeps it as an instance attribute (config.device == 'npu') that is not a dataclass "
                   "field, so it never reaches the vLLM command line.",
-             remove_when="AReaL's vLLMConfig grows a device field, or configs written for NPU ports are gone")
-def vllm_config_init(ctx):
+             remove_when="https://github.com/inclusionAI/AReaL/blob/main/areal/api/cli_args.py: AReaL's "
+                         "vLLMConfig has no device field, which configs written for NPU ports of AReaL set")
+def vllm_config_init(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.areal import check_vllm_device
+
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
     def __init__(self, *args, device=None, **kwargs):
         orig(self, *args, **kwargs)
         if device is not None:
-            object.__setattr__(self, "device", _check_device(device, report, "vLLMConfig.device"))
+            object.__setattr__(self, "device", check_vllm_device(device, report, "vLLMConfig.device"))
 
     return __init__
-
-
-def _pop_vllm_device(cfg, config_cls, report):
-    """Remove ``device`` from a vLLMConfig node (the node itself, or ``vllm`` / ``*.vllm`` children)."""
-    try:
-        from omegaconf import DictConfig, OmegaConf, open_dict
-    except ImportError:
-        return
-    if not isinstance(cfg, DictConfig):
-        return
-    nodes = []
-    if getattr(config_cls, "__name__", "") == "vLLMConfig":
-        nodes.append(("vllm", cfg))
-    for key in list(cfg.keys()):
-        child = cfg.get(key) if OmegaConf.is_dict(cfg) else None
-        if not isinstance(child, DictConfig):
-            continue
-        if key in ("vllm", "vllm_config"):
-            nodes.append((str(key), child))
-        inner = child.get("vllm_config") if "vllm_config" in child else None
-        if isinstance(inner, DictConfig):
-            nodes.append((f"{key}.vllm_config", inner))
-    for where, node in nodes:
-        if "device" in node:
-            with open_dict(node):
-                value = node.pop("device")
-            _check_device(value, report, f"{where}.device")
 
 
 @areal.patch("areal.api.cli_args:to_structured_cfg", id="areal.vllm_yaml_device",
@@ -104,13 +75,16 @@ def _pop_vllm_device(cfg, config_cls, report):
                  "config fails ('Key device not in vLLMConfig').",
              what="before the merge, a device key under vllm (or *.vllm_config) is checked (npu/cuda/gpu/auto), "
                   "recorded and dropped: the NPU platform already decides the server's device.",
-             remove_when="AReaL's vLLMConfig grows a device field, or configs written for NPU ports are gone")
-def to_structured_cfg(ctx):
+             remove_when="https://github.com/inclusionAI/AReaL/blob/main/areal/api/cli_args.py: AReaL's "
+                         "vLLMConfig has no device field, which configs written for NPU ports of AReaL set")
+def to_structured_cfg(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.areal import pop_vllm_device
+
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
     def to_structured_cfg(cfg, config_cls, *args, **kwargs):
-        _pop_vllm_device(cfg, config_cls, report)
+        pop_vllm_device(cfg, config_cls, report)
         return orig(cfg, config_cls, *args, **kwargs)
 
     return to_structured_cfg

@@ -11,7 +11,15 @@ op builders (CANN compilation of fused Adam etc.) are not exercised.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ascend_shim.registry import PatchSet
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ascend_shim.context import PatchContext
 
 ds = PatchSet(
     native=("deepspeed",),
@@ -28,7 +36,7 @@ ds = PatchSet(
           what="DS_ACCELERATOR=npu when unset (a user's explicit choice is kept and reported), so "
                "get_accelerator() is deepspeed's NPU_Accelerator (hccl, npu:N, torch_npu op builders).",
           remove_when="never: the choice must be made before deepspeed first asks")
-def ds_accelerator(ctx):
+def ds_accelerator(ctx: PatchContext) -> None:
     import os
 
     current = os.environ.get("DS_ACCELERATOR")
@@ -46,8 +54,9 @@ def ds_accelerator(ctx):
               "op builder raises KeyError, and deepspeed.init_distributed builds one (ShareMemCommBuilder).",
           what="returns None when ASCEND_HOME_PATH is unset or not a path (what the code means), so deepspeed "
                "reports 'ascend_cann is missing, npu ops cannot be compiled' and goes on; otherwise unchanged.",
-          remove_when="deepspeed fixes installed_cann_path (bug present in 0.19.8)")
-def installed_cann_path(ctx):
+          remove_when="https://github.com/deepspeedai/DeepSpeed/blob/master/op_builder/npu/builder.py: "
+                      "installed_cann_path tests 'in os.environ or exists(...)' (or for and), in 0.19.8 as on master")
+def installed_cann_path(ctx: PatchContext) -> Callable[..., Any]:
     import functools
     import os
 

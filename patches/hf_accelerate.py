@@ -8,11 +8,17 @@ with "Your assigned backend nccl is not available, please use hccl".
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import REMOVE, on_npu
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
+    from ascend_shim.context import PatchContext
+
+REMOVE = "never: CUDA jobs name NCCL, which an NPU machine never has (its collectives are HCCL)"
 hf_accelerate = PatchSet(
     native=("accelerate",),
     id="hf_accelerate", title="accelerate: its native NPU paths; backend='nccl' -> 'hccl'",
@@ -28,10 +34,10 @@ hf_accelerate = PatchSet(
     what="backend='nccl' (or 'cpu:gloo,cuda:nccl') becomes 'hccl' ('cpu:gloo,npu:hccl') when the NPU is the "
          "accelerator (reported); other backends are left alone.",
     remove_when=REMOVE)
-def partial_state_init(ctx):
+def partial_state_init(ctx: PatchContext) -> Callable[..., Any]:
     from ascend_shim.devices import translate_backend
-
-    from ._wrappers import note
+    from ascend_shim.providers.device_wrappers import note
+    from ascend_shim.providers.npu_checks import on_npu
 
     orig = ctx.original
 

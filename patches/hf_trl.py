@@ -10,11 +10,17 @@ trl 1.16 no longer does either.)
 from __future__ import annotations
 
 import functools
-import sys
+from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
 
-from ._hf_common import on_npu, unsupported
+from ascend_shim.providers.npu_checks import on_npu, unsupported
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ascend_shim.context import PatchContext
 
 hf_trl = PatchSet(
     native=("trl",),
@@ -31,8 +37,9 @@ hf_trl = PatchSet(
         "it fails with 'needs a CUDA device' after the vLLM server is already up.",
     what="with an NPU device, raises UnsupportedOnNPUError naming vllm_mode='server' weight sync and the ways "
          "out (vllm_mode='colocate', or use_vllm=False); a CUDA device is passed through.",
-    remove_when="trl/vllm-ascend provide an HCCL weight-transfer engine for server mode")
-def init_communicator(ctx):
+    remove_when="https://github.com/huggingface/trl/issues/4790: trl's server-mode weight sync uses vLLM's NCCL "
+                "engine on the trainer side, not vllm-ascend's HCCL one")
+def init_communicator(ctx: PatchContext) -> Callable[..., Any]:
     import torch
 
     orig, report, pid = ctx.original, ctx.report, ctx.patch.id
@@ -49,28 +56,6 @@ def init_communicator(ctx):
     return init_communicator
 
 
-class _MultiDeviceView:
-    """accelerate's state as trl's distributed checks should read it: MULTI_NPU counts as MULTI_GPU."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, state):
-        object.__setattr__(self, "_state", state)
-
-    @property
-    def distributed_type(self):
-        from accelerate.utils import DistributedType
-
-        real = self._state.distributed_type
-        return DistributedType.MULTI_GPU if real == DistributedType.MULTI_NPU else real
-
-    def __getattr__(self, name):
-        return getattr(self._state, name)
-
-    def __setattr__(self, name, value):
-        setattr(self._state, name, value)
-
-
 @hf_trl.patch(
     "transformers.training_args:TrainingArguments.distributed_state", kind="add", id="hf_trl.multi_npu_checks",
     sweep=False,
@@ -81,32 +66,12 @@ class _MultiDeviceView:
     what="trl's own modules read args.distributed_state through a view whose distributed_type answers MULTI_GPU "
          "for MULTI_NPU (in trl it means 'several devices, one process each'); everyone else, accelerate and "
          "transformers included, gets the real state (reported).",
-    remove_when="trl tests MULTI_NPU (or any multi-device type) where it tests MULTI_GPU")
-def multi_npu_checks(ctx):
-    from accelerate.utils import DistributedType
+    remove_when="https://github.com/huggingface/trl/blob/main/trl/trainer/grpo_trainer.py: trl's trainers test "
+                "distributed_type in ['MULTI_GPU', 'DEEPSPEED'], never MULTI_NPU")
+def multi_npu_checks(ctx: PatchContext) -> property:
+    from ascend_shim.providers.hf_trl import distributed_state_for_trl
 
-    report = ctx.report
-
-    def get(self):
-        try:
-            state = self.__dict__["distributed_state"]
-        except KeyError:
-            raise AttributeError("distributed_state") from None
-        caller = sys._getframe(1)
-        if (state is not None and caller.f_globals.get("__name__", "").startswith("trl.")
-                and state.distributed_type == DistributedType.MULTI_NPU):
-            report.event("translated", "trl distributed check", "MULTI_NPU -> MULTI_GPU (device_map cleared)",
-                         frame=caller)
-            return _MultiDeviceView(state)
-        return state
-
-    def set_(self, value):
-        self.__dict__["distributed_state"] = value
-
-    def delete(self):
-        self.__dict__.pop("distributed_state", None)
-
-    return property(get, set_, delete, "accelerate's PartialState (trl's modules: MULTI_NPU reads as MULTI_GPU)")
+    return distributed_state_for_trl(ctx)
 
 
 PATCH_SETS = [hf_trl]

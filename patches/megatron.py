@@ -24,9 +24,16 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ascend_shim.context import PatchContext
 
 SPEC = ">=0.12,<0.17"
 megatron = PatchSet(
@@ -45,8 +52,9 @@ megatron = PatchSet(
                 what="without a CUDA toolkit, load() does what it does besides the version query -- it makes its "
                      "build directory -- and compiles nothing, as it never does in these versions; with one, it "
                      "runs unchanged.",
-                remove_when="Megatron-LM 0.17 (fused_kernels.load is gone)")
-def fused_kernels_load(ctx):
+                remove_when="megatron-core>=0.17: Megatron-LM core_v0.17.0 removed megatron.legacy.fused_kernels and "
+                            "its load() call")
+def fused_kernels_load(ctx: PatchContext) -> Callable[..., Any]:
     orig, report = ctx.original, ctx.report
     module = ctx.owner
 

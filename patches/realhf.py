@@ -27,14 +27,20 @@ so the gate reads ``realhf/version.py``.
 from __future__ import annotations
 
 import functools
-import os
-import re
 import sys
+from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 
-REMOVE = "realhf is no longer used (AReaL main has no realhf since 2026-01-07)"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ascend_shim.context import PatchContext
+
+REMOVE = ("https://github.com/inclusionAI/AReaL/pull/806: AReaL removed realhf (2026-01-07); these patches serve "
+          "checkouts of AReaL v0.3/v0.4 and go with them")
 SPEC = ">=0.3.0.dev0,<0.4"
 realhf = PatchSet(
     project=Project("realhf", SPEC),
@@ -54,7 +60,7 @@ realhf = PatchSet(
                    "(torch.npu.utilization, or 0 reported as neutral); other NVML calls raise "
                    "NVMLError_NotSupported. Undone on deactivation.",
               remove_when=REMOVE)
-def provide_pynvml(ctx):
+def provide_pynvml(ctx: PatchContext) -> None:
     real = sys.modules.get("pynvml")
     if real is not None and not getattr(real, "__name__", "").startswith("ascend_shim"):
         # imported before realhf: later `import pynvml` statements must get the NPU answer too
@@ -70,8 +76,9 @@ def provide_pynvml(ctx):
                   "known to work, and the emulator has no graph runtime.",
               what="GenerationHyperparameters.use_cuda_graph is set to False (decoding runs eagerly; reported once "
                    "per process). Disable this patch to keep graphs: torch_cuda maps CUDAGraph to NPUGraph.",
-              remove_when="realhf's decode step is verified under NPUGraph capture")
-def no_cuda_graph(ctx):
+              remove_when="https://github.com/inclusionAI/AReaL/pull/806: realhf is frozen (removed from AReaL), "
+                          "and its decode step is not known to capture as an NPUGraph")
+def no_cuda_graph(ctx: PatchContext) -> Callable[..., Any]:
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
@@ -85,9 +92,6 @@ def no_cuda_graph(ctx):
     return __post_init__
 
 
-_JIT_FACTORIES = ("_create_jit_fn", "_create_multi_output_jit_fn")
-
-
 @realhf.patch("realhf", kind="call", id="realhf.jiterator_at_import", covers=("torch.cuda.jiterator",),
               fidelity="unsupported",
               why="realhf/impl/model/modules/activations.py creates jiterator functions at import "
@@ -97,51 +101,10 @@ _JIT_FACTORIES = ("_create_jit_fn", "_create_multi_output_jit_fn")
               what="for callers inside realhf, creating a jiterator function succeeds (as on a CPU build of torch) "
                    "and calling it raises UnsupportedOnNPUError naming it; other code keeps torch_cuda's answer.",
               remove_when=REMOVE)
-def jiterator_at_import(ctx):
-    import types
+def jiterator_at_import(ctx: PatchContext) -> None:
+    from ascend_shim.providers.realhf import jiterator_for_realhf
 
-    import torch
-    import torch.cuda
-
-    from ascend_shim.errors import NotNeeded, UnsupportedOnNPUError
-
-    current = torch.cuda.__dict__.get("jiterator")
-    if current is None or current is sys.modules.get("torch.cuda.jiterator"):
-        raise NotNeeded("torch.cuda.jiterator is torch's own (creating a function works)")
-    report, pid = ctx.report, ctx.patch.id
-
-    def deferred(factory_name, code, *args, **kwargs):
-        name = getattr(code, "__name__", None) or str(code).split("(")[0].split()[-1][:40]
-
-        def jit_fn(*a, **k):
-            report.unsupported(f"torch.cuda.jiterator.{factory_name}", f"calling jiterator function {name}")
-            raise UnsupportedOnNPUError(f"CUDA jiterator function {name}", pid,
-                                        "Use the PyTorch implementation of this function on the NPU.")
-
-        jit_fn.__name__ = jit_fn.__qualname__ = f"jiterator_{name}"
-        return jit_fn
-
-    class _RealhfJiterator(types.ModuleType):
-        def __getattr__(self, attr):
-            if attr in _JIT_FACTORIES and sys._getframe(1).f_globals.get("__name__", "").startswith("realhf"):
-                return functools.partial(deferred, attr)
-            return getattr(current, attr)
-
-    ctx.replace(torch.cuda, "jiterator", _RealhfJiterator("torch.cuda.jiterator", current.__doc__))
-
-
-def node_npu_count(emulated: bool) -> int:
-    """The NPUs of this node, counted without touching the device runtime (as realhf counts GPUs): the
-    ``/dev/davinci<N>`` nodes of a real Ascend box; with the emulated NPU, its device count (every device of the
-    node, before ASCEND_RT_VISIBLE_DEVICES narrows what one process sees)."""
-    if emulated:
-        from ascend_shim.config import setting
-
-        return int(setting("sim_devices"))
-    try:
-        return sum(1 for name in os.listdir("/dev") if re.fullmatch(r"davinci\d+", name))
-    except OSError:
-        return 0
+    return jiterator_for_realhf(ctx)
 
 
 @realhf.patch("realhf.base.gpu_utils:gpu_count", id="realhf.gpu_count",
@@ -151,7 +114,9 @@ def node_npu_count(emulated: bool) -> int:
               what="when realhf finds no /dev/nvidia<N>, the count is the node's NPUs (/dev/davinci<N>; with the "
                    "emulated NPU, its device count), reported; a node with NVIDIA device nodes keeps realhf's count.",
               remove_when=REMOVE)
-def gpu_count(ctx):
+def gpu_count(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.realhf import node_npu_count
+
     orig, report, emulated = ctx.original, ctx.report, ctx.emulated
 
     @functools.wraps(orig)

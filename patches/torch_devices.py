@@ -8,16 +8,19 @@ made after activation need nothing further; strings and ints are translated wher
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
-from ascend_shim import speedups
 from ascend_shim.devices import translate
+from ascend_shim.providers.device_wrappers import note, translate_device
 from ascend_shim.registry import PatchSet
-from ascend_shim.report import REPORT
 
-from ascend_shim.constructors import hook_constructor
-from ._wrappers import gated, note, translate_device
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
-REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
+    from ascend_shim.context import PatchContext
+
+REMOVE = "never: CUDA code names cuda devices, and an NPU answers only to npu"
 devices = PatchSet(
     id="torch_devices", title="CUDA device values -> npu wherever torch consumes a device",
     requires={"torch": ">=2.4,<2.15"}, checked_against="torch 2.13.0 (CPU build) with the sim backend",
@@ -26,82 +29,24 @@ devices = PatchSet(
 
 # -- torch.device and other classes constructed with a device ----------------------------------------------
 # The classes stay the real ones (``type(d) is torch.device``, pickling by reference, dynamo): their C
-# constructor is hooked instead of the class being replaced (see _constructors).
+# constructor is hooked instead of the class being replaced (see ascend_shim.constructors).
 @devices.patch("torch:device", kind="call", fidelity="exact", covers=("device-string:cuda",),
                why="torch.device('cuda') is the boundary where CUDA code names its device; on an NPU machine a "
                    "cuda device object fails in every op it reaches.",
                what="torch.device(...) builds the real torch.device; a cuda one comes back as npu (same index). "
                     "torch.device stays the identical class (type checks, pickling, torch.compile unchanged).",
                remove_when=REMOVE)
-def device(ctx):
-    import torch
+def device(ctx: PatchContext) -> Callable[[], object]:
+    from ascend_shim.providers.torch_devices import device_constructor
 
-    device_class = torch.device
-    modes = torch._C._len_torch_function_stack
-    made_from: dict[tuple, tuple] = {}  # constructor arguments -> (device made, device returned): both immutable
-
-    def make_new(original):
-        def __new__(cls, *args, **kwargs):
-            try:
-                known = made_from.get(args) if cls is device_class and not kwargs and not modes() else None
-            except TypeError:  # unhashable arguments: torch gives its own error below
-                known = None
-            if known is None:
-                made = original(cls, args, kwargs)
-                if type(made) is not device_class:  # a torch function mode may return others
-                    return made
-                known = (made, translate(made) if made.type == "cuda" else made)
-                if cls is device_class and not kwargs and len(made_from) < 1024:
-                    made_from[args] = known
-            made, new = known
-            if new is not made:
-                note("torch.device", "device", made, new)
-            return new
-        return __new__
-
-    undo = hook_constructor(device_class, make_new, probe=("cpu",))
-    if not (ctx.config.speedups and speedups.BUILT):
-        return undo
-    # the cache hits, counted at their call sites, answered in C; everything else reaches __new__ above
-    try:
-        speedups.hook_device_new(device_class, made_from, modes, REPORT.per_thread, "torch.device",
-                                 lambda made, new: note("torch.device", "device", made, new))
-    except BaseException:
-        undo()
-        raise
-
-    def unhook():
-        speedups.unhook_device_new()
-        undo()
-
-    return unhook
-
-
-def _device_kw_new(api):
-    def make_new(original):
-        def __new__(cls, *args, **kwargs):
-            value = kwargs.get("device")
-            if value is not None:
-                new = translate(value, ints=True)
-                if new is not value:
-                    kwargs["device"] = new
-                    note(api, "device", value, new)
-            elif args:
-                new = translate(args[0], ints=True)
-                if new is not args[0]:
-                    note(api, "device", args[0], new)
-                    args = (new,) + args[1:]
-            return original(cls, args, kwargs)
-        return __new__
-    return make_new
+    return device_constructor(ctx)
 
 
 for _cls in ("Generator", "Stream", "Event"):
-    def _make(ctx, _cls=_cls):
-        import torch
+    def _make(ctx: PatchContext, _cls: str = _cls) -> Callable[[], object]:
+        from ascend_shim.providers.torch_devices import translating_constructor
 
-        return hook_constructor(getattr(torch, _cls), _device_kw_new(f"torch.{_cls}"),
-                                probe=() if _cls == "Generator" else ("cpu",))
+        return translating_constructor(ctx, _cls)
 
     devices.patch(f"torch:{_cls}", kind="call",
                   why=f"torch.{_cls}(device='cuda') names a CUDA device.",
@@ -120,13 +65,10 @@ FACTORIES = ("arange", "as_tensor", "asarray", "bartlett_window", "blackman_wind
              "randn_like", "randint_like", "from_file")  # torch.frombuffer has no device argument
 
 
-def _factory_wrapper(ctx, name, api):
-    # ``with torch.device(...)`` recognises factories by identity in this cached set: fill it with the
-    # originals before any wrapper replaces them
-    import torch.utils._device
+def factory(ctx: PatchContext, api: str) -> Callable[..., Any]:
+    from ascend_shim.providers.torch_devices import translating_factory
 
-    torch.utils._device._device_constructors()
-    return translate_device(ctx.original, api, compiled=ctx.config.speedups)
+    return translating_factory(ctx, api)
 
 
 for _name in FACTORIES:
@@ -135,13 +77,13 @@ for _name in FACTORIES:
                   why=f"torch.{_name}(..., device='cuda') allocates on CUDA.",
                   what="the device= keyword is translated (str, torch.device, int index); nothing else is touched.",
                   remove_when=REMOVE)(
-        lambda ctx, _name=_name: _factory_wrapper(ctx, _name, f"torch.{_name}"))
+        functools.partial(factory, api=f"torch.{_name}"))
 
 for _name in ("fftfreq", "rfftfreq"):
     devices.patch(f"torch.fft:{_name}",
                   why=f"torch.fft.{_name}(..., device='cuda') allocates on CUDA.",
                   what="the device= keyword is translated.", remove_when=REMOVE)(
-        lambda ctx, _name=_name: _factory_wrapper(ctx, _name, f"torch.fft.{_name}"))
+        functools.partial(factory, api=f"torch.fft.{_name}"))
 
 
 # -- Tensor -----------------------------------------------------------------------------------------------------
@@ -150,44 +92,17 @@ for _name in ("fftfreq", "rfftfreq"):
                what="a device given positionally or as device= is translated; dtype-only and tensor-argument "
                     "calls go straight through (one type check).",
                remove_when=REMOVE)
-def tensor_to(ctx):
-    import torch
+def tensor_to(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.torch_devices import tensor_to
 
-    from ascend_shim.devices import _TorchDevice  # read now: it is bound once torch is imported
-
-    orig = ctx.original
-    dtype = torch.dtype
-    missing = object()
-
-    @functools.wraps(orig)
-    def to(self, first=missing, /, *args, **kwargs):
-        kind = type(first)
-        if kind is dtype:  # x.to(torch.float16): the hot path
-            return orig(self, first, *args, **kwargs) if args or kwargs else orig(self, first)
-        if kind is str or kind is _TorchDevice or kind is int:
-            new = translate(first, ints=True)
-            if new is not first:
-                note("Tensor.to", "device", first, new)
-                first = new
-        if kwargs:
-            value = kwargs.get("device")
-            if value is not None:
-                new = translate(value, ints=True)
-                if new is not value:
-                    kwargs["device"] = new
-                    note("Tensor.to", "device", value, new)
-        if first is missing:
-            return orig(self, **kwargs)
-        return orig(self, first, *args, **kwargs)
-
-    return gated(orig, "Tensor.to", "device", to, position=1, plain=dtype) if ctx.config.speedups else to
+    return tensor_to(ctx)
 
 
 @devices.patch("torch:Tensor.cuda", kind="replace", covers=("Tensor.cuda",),
                why="x.cuda() moves data to CUDA.",
                what="x.cuda(device=None, non_blocking=False, memory_format=...) -> x.npu(...) with the index kept.",
                remove_when=REMOVE)
-def tensor_cuda(ctx):
+def tensor_cuda(ctx: PatchContext) -> Callable[..., Any]:
     import torch
 
     def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
@@ -203,7 +118,7 @@ def tensor_cuda(ctx):
                what="user code sees is_cuda True for npu tensors; torch and NPU-native libraries see the real "
                     "value (caller-aware).",
                remove_when=REMOVE)
-def tensor_is_cuda(ctx):
+def tensor_is_cuda(ctx: PatchContext) -> property:
     from ascend_shim.callers import caller_is_native
 
     real = ctx.original
@@ -232,7 +147,7 @@ devices.patch("torch:Tensor.pin_memory",
 @devices.patch("torch.nn:Module.cuda", kind="replace", covers=("Module.cuda",),
                why="model.cuda() moves parameters to CUDA.", what="model.cuda(device=None) -> model.to('npu[:i]').",
                remove_when=REMOVE)
-def module_cuda(ctx):
+def module_cuda(ctx: PatchContext) -> Callable[..., Any]:
     def cuda(self, device=None):
         target = translate(device, ints=True) if device is not None else "npu"
         note("Module.cuda", "device", device if device is not None else "cuda", target)
@@ -244,14 +159,14 @@ def module_cuda(ctx):
 @devices.patch("torch.nn:Module.to",
                why="model.to('cuda') / model.to(0) moves parameters to CUDA.",
                what="a positional or device= CUDA device is translated.", remove_when=REMOVE)
-def module_to(ctx):
+def module_to(ctx: PatchContext) -> Callable[..., Any]:
     return translate_device(ctx.original, "Module.to")
 
 
 @devices.patch("torch.nn:Module.to_empty",
                why="model.to_empty(device='cuda') materialises meta modules on CUDA.",
                what="the device= keyword is translated.", remove_when=REMOVE)
-def module_to_empty(ctx):
+def module_to_empty(ctx: PatchContext) -> Callable[..., Any]:
     return translate_device(ctx.original, "Module.to_empty")
 
 
@@ -262,54 +177,10 @@ def module_to_empty(ctx):
                     "storages tagged cuda:N restore to npu:N (with no map_location, after a callable that returns "
                     "None, and for tags a dict does not map); a dict key cuda:N also maps npu:N tags and back.",
                remove_when=REMOVE)
-def load(ctx):
-    import torch.serialization as ser
+def load(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.torch_devices import load_onto_npu
 
-    from ascend_shim.devices import untranslate
-
-    orig = ctx.original
-
-    def restore_cuda_on_npu(storage, location):
-        if location.startswith("cuda"):
-            new = translate(location)
-            note("torch.load", "storage location", location, new)
-            return ser.default_restore_location(storage, new)
-        return None
-
-    def after(user_map):
-        def restore(storage, location):
-            result = user_map(storage, location)
-            return restore_cuda_on_npu(storage, location) if result is None else result
-        return restore
-
-    def mapped(mapping):
-        def restore(storage, location):
-            target = mapping.get(location)
-            if target is None:  # a key names the tag's counterpart (cuda:N for npu:N) or nothing
-                alias = translate(location) if location.startswith("cuda") else untranslate(location)
-                target = mapping.get(alias, location)
-            new = translate(target)
-            if new is not target:
-                note("torch.load", "map_location", f"{location} -> {target}", new)
-            return ser.default_restore_location(storage, new)
-        return restore
-
-    @functools.wraps(orig)
-    def load_(f, map_location=None, *args, **kwargs):
-        if map_location is None:
-            map_location = restore_cuda_on_npu
-        elif isinstance(map_location, dict):
-            map_location = mapped(map_location)
-        elif callable(map_location):
-            map_location = after(map_location)
-        else:
-            new = translate(map_location)
-            if new is not map_location:
-                note("torch.load", "map_location", map_location, new)
-            map_location = new
-        return orig(f, map_location, *args, **kwargs)
-
-    return load_
+    return load_onto_npu(ctx)
 
 
 devices.patch("torch:set_default_device",
@@ -323,7 +194,7 @@ devices.patch("torch:set_default_device",
                    "to npu tensors: mixed precision silently off.",
                what="device_type 'cuda' -> 'npu' (torch.cuda.amp.autocast passes 'cuda' and is covered too).",
                remove_when=REMOVE)
-def autocast_init(ctx):
+def autocast_init(ctx: PatchContext) -> Callable[..., Any]:
     return translate_device(ctx.original, "torch.autocast", "device_type", ints=False)
 
 
@@ -340,21 +211,21 @@ for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled
                    "scaling silently off.",
                what="device 'cuda' (given or defaulted) -> 'npu', so loss scaling really happens on the NPU.",
                remove_when=REMOVE)
-def grad_scaler_init(ctx):
+def grad_scaler_init(ctx: PatchContext) -> Callable[..., Any]:
     return translate_device(ctx.original, "GradScaler", ints=False)
 
 
 @devices.patch("torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler.__init__",
                why="FSDP's ShardedGradScaler defaults to device 'cuda'.", what="device 'cuda' -> 'npu'.",
                remove_when=REMOVE)
-def sharded_grad_scaler_init(ctx):
+def sharded_grad_scaler_init(ctx: PatchContext) -> Callable[..., Any]:
     return translate_device(ctx.original, "ShardedGradScaler", ints=False)
 
 
 @devices.patch("torch.utils.data.dataloader:DataLoader.__init__",
                why="DataLoader(pin_memory_device='cuda') pins for CUDA.",
                what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE)
-def dataloader_init(ctx):
+def dataloader_init(ctx: PatchContext) -> Callable[..., Any]:
     return translate_device(ctx.original, "DataLoader", "pin_memory_device", ints=False)
 
 

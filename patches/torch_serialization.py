@@ -12,82 +12,21 @@ while the current thread is inside ``torch.save``; any other pickling is left ex
 """
 from __future__ import annotations
 
-import functools
-import sys
-import threading
+from typing import TYPE_CHECKING
 
-from ascend_shim.devices import NPU, untranslate
 from ascend_shim.registry import PatchSet
-from ascend_shim.report import REPORT
 
-REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ascend_shim.context import PatchContext
+
+REMOVE = "never: CUDA machines and plain torch load checkpoints only if they say cuda"
 serialization = PatchSet(
     id="torch_serialization", title="checkpoints say cuda: torch.save writes what CUDA code believes it saved",
     requires={"torch": ">=2.4,<2.15"}, checked_against="torch 2.13.0 (CPU build) with the sim backend",
 )
-
-_local = threading.local()  # .saving: the _Save in progress on this thread, or None
-
-
-class _Save:
-    """One torch.save call: whether npu values become cuda, and whether any npu value was met."""
-
-    __slots__ = ("as_cuda", "met_npu")
-
-    def __init__(self, as_cuda: bool):
-        self.as_cuda = as_cuda
-        self.met_npu = False
-
-
-def _saving() -> _Save | None:
-    return getattr(_local, "saving", None)
-
-
-def _tag_storage(storage):
-    """A tagger for torch's registry: npu storages are tagged as the CUDA storages the code made."""
-    save = _saving()
-    if save is None or storage.device.type != NPU:
-        return None
-    save.met_npu = True
-    return untranslate(str(storage.device)) if save.as_cuda else None
-
-
-def _no_restore(storage, location):
-    return None  # loading is left to the registered deserializers (and the shim's torch.load)
-
-
-def _reduce_device(device):
-    """What torch.device's own __reduce__ gives, with an npu device named cuda inside torch.save."""
-    kind, index = device.type, device.index
-    save = _saving() if kind == NPU else None
-    if save is not None:
-        save.met_npu = True
-        if save.as_cuda:
-            kind = "cuda"
-    return type(device), (kind,) if index is None else (kind, index)
-
-
-def _install_hooks(torch) -> callable:
-    """Register the tagger and the device reducer; return their undo."""
-    import copyreg
-
-    import torch.serialization as ser
-
-    entry = (min(p for p, _, _ in ser._package_registry) - 1, _tag_storage, _no_restore)  # first, unique
-    ser._package_registry.insert(0, entry)
-    previous = copyreg.dispatch_table.get(torch.device)
-    copyreg.dispatch_table[torch.device] = _reduce_device
-
-    def undo():
-        if entry in ser._package_registry:
-            ser._package_registry.remove(entry)
-        if copyreg.dispatch_table.get(torch.device) is _reduce_device:
-            if previous is None:
-                del copyreg.dispatch_table[torch.device]
-            else:
-                copyreg.dispatch_table[torch.device] = previous
-
-    return undo
 
 
 @serialization.patch("torch:save",
@@ -99,29 +38,10 @@ def _install_hooks(torch) -> callable:
                           "(ASCEND_SHIM_SAVE_DEVICE=npu keeps npu); each save holding npu data is reported with "
                           "the choice made.",
                      remove_when=REMOVE)
-def save(ctx):
-    import torch
+def save(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.torch_serialization import save_as_cuda
 
-    as_cuda = ctx.config.save_device == "cuda"
-    ctx.on_undo(_install_hooks(torch))
-    detail = ("npu storages and devices written as cuda (ASCEND_SHIM_SAVE_DEVICE=cuda: a portable CUDA "
-              "checkpoint)" if as_cuda else
-              "npu storages and devices kept as npu (ASCEND_SHIM_SAVE_DEVICE=npu: loads on NPUs, elsewhere "
-              "only with map_location)")
-    orig = ctx.original
-
-    @functools.wraps(orig)
-    def save_(*args, **kwargs):
-        outer = _saving()
-        current = _local.saving = _Save(as_cuda)
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            _local.saving = outer
-            if current.met_npu:
-                REPORT.event("translated", "torch.save", detail, frame=sys._getframe(1))
-
-    return save_
+    return save_as_cuda(ctx)
 
 
 PATCH_SETS = [serialization]

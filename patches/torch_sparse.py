@@ -8,67 +8,34 @@ gather, a scale and an index-add over the nonzeros, all dense NPU ops: this set 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ascend_shim.registry import PatchSet
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ascend_shim.context import PatchContext
 
 sparse_set = PatchSet(
     id="torch_sparse", title="sparse COO @ dense on the NPU, by dense ops",
     requires={"torch": ">=2.4,<2.15"}, checked_against="torch 2.13.0 (CPU build) with the sim backend",
 )
-KEY = "SparsePrivateUse1"
-
-
-def sparse_dense_addmm(report):
-    """``beta * self + alpha * (mat1 @ mat2)`` for a sparse COO ``mat1`` (2 sparse dims) and a dense ``mat2``, done
-    as CPU's kernel does it: the output starts as ``beta * self``, then for each stored nonzero, in storage order,
-    the row of ``mat2`` it picks, times ``alpha * value``, is added into its output row."""
-
-    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
-        import torch
-
-        if not mat1.is_sparse or mat2.is_sparse or mat1.sparse_dim() != 2 or mat1.dense_dim() != 0:
-            raise RuntimeError("CAUTION: The operator 'aten::addmm' is not currently supported on the NPU backend "
-                               "for these layouts (a sparse COO matrix times a dense one is).")
-        if mat1.dtype != mat2.dtype:
-            raise RuntimeError(f"addmm: expected mat1 and mat2 to have the same dtype, but got: {mat1.dtype} != "
-                               f"{mat2.dtype}")
-        if mat1.shape[1] != mat2.shape[0]:
-            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape[0]}x{mat1.shape[1]} and "
-                               f"{mat2.shape[0]}x{mat2.shape[1]})")
-        in_backward = torch._C._current_graph_task_id() != -1  # the autograd engine's thread: no user frame
-        report.event("fallback", "sparse @ dense (aten::addmm)", "gather, scale, index_add on the NPU",
-                     site=("<autograd backward>", 0) if in_backward else None)
-        shape = (mat1.shape[0], mat2.shape[1])
-        if beta == 0:
-            out = torch.zeros(shape, dtype=mat2.dtype, device=mat2.device)
-        else:
-            out = self.expand(shape) * beta if beta != 1 else self.expand(shape).clone()
-        rows, cols = mat1._indices()
-        values = mat1._values() * alpha if alpha != 1 else mat1._values()
-        return out.index_add_(0, rows, values.unsqueeze(1) * mat2.index_select(0, cols))
-
-    return addmm
 
 
 @sparse_set.patch("torch.sparse:mm", kind="call", id="torch_sparse.addmm", fidelity="fallback",
                   why="torch_npu has no sparse addmm kernel, and every sparse COO @ dense product reaches it "
                       "(torch.spmm, torch.sparse.mm, torch.mm/@ with a sparse operand, mv, and their backward): "
                       "GCN layers stop on the NPU with 'aten::addmm is not currently supported'.",
-                  what="registers the NPU's sparse addmm as a gather, a scale and an index_add over the nonzeros (dense "
-                       "NPU ops; torch's addmm autograd formula around it), reported per call site. Not applied where "
-                       "the backend registers a sparse addmm itself.",
-                  remove_when="torch_npu registers a sparse COO addmm for the NPU")
-def addmm(ctx):
-    import torch
+                  what="registers the NPU's sparse addmm as a gather, a scale and an index_add over the nonzeros "
+                       "(dense NPU ops; torch's addmm autograd formula around it), reported per call site. Not applied "
+                       "where the backend registers a sparse addmm itself.",
+                  remove_when="https://github.com/Ascend/op-plugin/blob/master/op_plugin/config/"
+                              "op_plugin_functions.yaml: torch_npu registers no sparse COO addmm kernel for the NPU")
+def addmm(ctx: PatchContext) -> Callable[[], object]:
+    from ascend_shim.providers.torch_sparse import register_sparse_addmm
 
-    from ascend_shim.errors import NotNeeded
-
-    if torch._C._get_privateuse1_backend_name() != "npu":
-        raise NotNeeded("no NPU backend in this process")
-    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::addmm", KEY):
-        raise NotNeeded("the NPU backend registers a sparse addmm")
-    library = torch.library.Library("aten", "IMPL")
-    library.impl("addmm", sparse_dense_addmm(ctx.report), KEY)
-    return library._destroy
+    return register_sparse_addmm(ctx)
 
 
 PATCH_SETS = [sparse_set]

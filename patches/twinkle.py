@@ -26,16 +26,22 @@ covered by torch_devices; ring attention's private ``flash_attn.flash_attn_inter
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
-import types
+from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 
-from ._hf_common import npu_available
+from ascend_shim.providers.npu_checks import npu_available
 
-REMOVE = "Twinkle checks the NPU before CUDA and no longer falls back to GPU without nvidia-smi"
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any
+
+    from ascend_shim.context import PatchContext
+
+REMOVE = ("https://github.com/modelscope/twinkle/blob/main/src/twinkle/utils/platforms/base.py: get_platform() "
+          "picks the NPU only when npu-smi is on PATH, else GPU")
 SPEC = ">=0.4.0.dev0,<0.6"
 twinkle = PatchSet(
     project=Project("twinkle", SPEC, dist="twinkle-kit"), native=("twinkle",),
@@ -56,38 +62,33 @@ twinkle = PatchSet(
                     "platform (the explicit GPU request is reported); 'NPU', 'MPS' and an NPU-less process are "
                     "unchanged.",
                remove_when=REMOVE)
-def get_platform(ctx):
+def get_platform(ctx: PatchContext) -> staticmethod:
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
     def get_platform(platform=None):
-        if platform is None or str(platform).upper() in ("GPU", "CUDA"):
-            if npu_available():
-                if platform is not None:
-                    report.translated("twinkle Platform.get_platform", f"{platform!r} -> 'NPU'")
-                return orig("NPU")
+        if (platform is None or str(platform).upper() in ("GPU", "CUDA")) and npu_available():
+            if platform is not None:
+                report.translated("twinkle Platform.get_platform", f"{platform!r} -> 'NPU'")
+            return orig("NPU")
         return orig(platform)
 
     return staticmethod(get_platform)
-
-
-def _translate_mesh_type(value):
-    if isinstance(value, str) and value.partition(":")[0].strip().lower() == "cuda":
-        return "npu"
-    return value
 
 
 @twinkle.patch("twinkle.utils.device_mesh:DeviceMesh.__post_init__", id="twinkle.device_mesh",
                why="cookbooks build twinkle.DeviceMesh(device_type='cuda', ...); the mesh then creates torch "
                    "device meshes, process groups and tensors on 'cuda'.",
                what="device_type 'cuda' becomes 'npu' (reported) before Twinkle's own checks run.",
-               remove_when="never while CUDA-targeted cookbooks must run unmodified on Ascend")
-def device_mesh_post_init(ctx):
+               remove_when="never: Twinkle's CUDA cookbooks name cuda and GPU devices, which an NPU never answers to")
+def device_mesh_post_init(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.twinkle import translate_mesh_type
+
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
     def __post_init__(self, *args, **kwargs):
-        new = _translate_mesh_type(self.device_type)
+        new = translate_mesh_type(self.device_type)
         if new != self.device_type:
             report.translated("twinkle DeviceMesh", f"device_type={self.device_type!r} -> {new!r}")
             self.device_type = new
@@ -101,8 +102,8 @@ def device_mesh_post_init(ctx):
                    "resources and CUDA_VISIBLE_DEVICES, which an Ascend node does not offer.",
                what="device_type 'GPU'/'cuda' becomes 'NPU' (reported) when the NPU backend is up; 'CPU' and "
                     "'NPU' are unchanged.",
-               remove_when="never while CUDA-targeted cookbooks must run unmodified on Ascend")
-def device_group_init(ctx):
+               remove_when="never: Twinkle's CUDA cookbooks name cuda and GPU devices, which an NPU never answers to")
+def device_group_init(ctx: PatchContext) -> Callable[..., Any]:
     orig, report = ctx.original, ctx.report
 
     @functools.wraps(orig)
@@ -116,36 +117,6 @@ def device_group_init(ctx):
     return __init__
 
 
-def find_spec_absent_parent(report):
-    """``importlib.util.find_spec`` that answers None for ``a.b`` when package ``a`` is not installed (as it does
-    for an absent top-level module); Python raises ModuleNotFoundError for the missing parent instead."""
-
-    def find_spec(name, package=None):
-        try:
-            return importlib.util.find_spec(name, package)
-        except ModuleNotFoundError as exc:
-            parent = importlib.util.resolve_name(name, package).rpartition(".")[0]
-            if not exc.name or not parent or not (parent == exc.name or parent.startswith(exc.name + ".")):
-                raise
-            report.fallback("twinkle importlib.util.find_spec", f"{name!r} -> None ({exc.name} is not installed)")
-            return None
-
-    return find_spec
-
-
-class _ImportlibView(types.ModuleType):
-    """``importlib`` as one module sees it: ``importlib.util.find_spec`` replaced, everything else the real one."""
-
-    def __init__(self, find_spec):
-        super().__init__("importlib", importlib.__doc__)
-        self.util = types.ModuleType("importlib.util", importlib.util.__doc__)
-        self.util.find_spec = find_spec
-        self.util.__getattr__ = lambda name: getattr(importlib.util, name)
-
-    def __getattr__(self, name):
-        return getattr(importlib, name)
-
-
 @twinkle.patch("twinkle.utils.framework:importlib", kind="replace", id="twinkle.find_spec_megatron",
                fidelity="fallback",
                why="Framework.gather_object's NPU-only branch asks importlib.util.find_spec('megatron.core'), which "
@@ -155,9 +126,12 @@ class _ImportlibView(types.ModuleType):
                what="in twinkle/utils/framework.py, find_spec answers None for a module whose parent package is "
                     "not installed (reported), so the Megatron group is simply not used; every other find_spec "
                     "answer and every other use of importlib there is Python's own.",
-               remove_when="Twinkle guards its find_spec('megatron.core') call (or checks 'megatron' first)")
-def find_spec_megatron(ctx):
-    return _ImportlibView(find_spec_absent_parent(ctx.report))
+               remove_when="https://github.com/modelscope/twinkle/blob/main/src/twinkle/utils/framework.py: "
+                           "gather_object calls find_spec('megatron.core') unguarded on the NPU path")
+def find_spec_megatron(ctx: PatchContext) -> ModuleType:
+    from ascend_shim.providers.twinkle import importlib_without_absent_parents
+
+    return importlib_without_absent_parents(ctx.report)
 
 
 PATCH_SETS = [twinkle]

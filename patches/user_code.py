@@ -12,8 +12,17 @@ user's); each rewritten site is reported. In a process activated at start-up (a 
 ``subprocess`` python) the main script is run the way ``ascend-shim run`` runs it, so it is rewritten too.
 ``ASCEND_SHIM_REWRITE=0`` turns the rewrite off.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from ascend_shim.errors import NotNeeded
 from ascend_shim.registry import PatchSet
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ascend_shim.context import PatchContext
 
 user_code = PatchSet(id="user_code", title="CUDA code (the user's, non-native libraries') sees the NPU as CUDA")
 
@@ -24,8 +33,9 @@ user_code = PatchSet(id="user_code", title="CUDA code (the user's, non-native li
                  what="ASCEND_SHIM_USER_PACKAGES makes packages CUDA code even where a patch set declares them "
                       "NPU-native, ASCEND_SHIM_NATIVE_PACKAGES makes packages NPU-native (most specific name wins); "
                       "every caller-aware answer and the rewrite follow.",
-                 remove_when="never while CUDA-targeted code must run unmodified on Ascend")
-def cuda_code_rule(ctx):
+                 remove_when="never: CUDA code compares devices and backends with cuda and nccl, which the NPU's "
+                             "never equal")
+def cuda_code_rule(ctx: PatchContext) -> Callable[[], object]:
     from ascend_shim import callers
 
     if not (ctx.config.user_packages or ctx.config.native_packages):
@@ -42,8 +52,9 @@ def cuda_code_rule(ctx):
                       "library that is not NPU-native (in every process of a job, launcher workers included) into "
                       "value comparisons that also accept the NPU counterpart (npu, npu:N, hccl); line numbers are "
                       "kept, sites and libraries are reported; rewritten bytecode is cached per user.",
-                 remove_when="never while CUDA-targeted code must run unmodified on Ascend")
-def rewrite_user_code(ctx):
+                 remove_when="never: CUDA code compares devices and backends with cuda and nccl, which the NPU's "
+                             "never equal")
+def rewrite_user_code(ctx: PatchContext) -> Callable[[], object]:
     from ascend_shim import entry, rewrite
 
     if not ctx.config.rewrite:

@@ -1,6 +1,5 @@
 """Shared fixtures. The emulated NPU is the backend of every test: no NPU exists on our machines."""
 import os
-import sys
 
 import pytest
 
@@ -14,8 +13,9 @@ for _var in [v for v in os.environ if v.startswith("ASCEND_SHIM")]:
 os.environ["ASCEND_SHIM_SIM_LAYER"] = LAYER
 
 
-import ascend_shim.sim
-from ascend_shim import activation as _activation
+# imported once the environment is clean (above)
+import ascend_shim.sim  # noqa: E402
+from ascend_shim import activation as _activation  # noqa: E402
 
 # Bring the emulated NPU up before any test runs autograd: torch sizes its per-device autograd queues at the
 # first backward(), so a device registered later could not run backward in this process.

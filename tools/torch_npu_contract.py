@@ -156,10 +156,11 @@ def _parameters(fn: ast.FunctionDef, drop_first: bool = False) -> list:
     positional = a.posonlyargs + a.args
     defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
     params = [[arg.arg, "posonly" if i < len(a.posonlyargs) else "pos", None if d is None else ast.unparse(d)]
-              for i, (arg, d) in enumerate(zip(positional, defaults))]
+              for i, (arg, d) in enumerate(zip(positional, defaults, strict=True))]
     if a.vararg:
         params.append([a.vararg.arg, "varargs", None])
-    params += [[arg.arg, "kw", None if d is None else ast.unparse(d)] for arg, d in zip(a.kwonlyargs, a.kw_defaults)]
+    params += [[arg.arg, "kw", None if d is None else ast.unparse(d)]
+               for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
     if a.kwarg:
         params.append([a.kwarg.arg, "varkw", None])
     return params[1:] if drop_first else params
@@ -237,7 +238,7 @@ def adamw_signature(zf: zipfile.ZipFile) -> dict:
                     defaults = [None] * (len(a.args) - len(a.defaults)) + list(a.defaults)
                     # [name, default (source text) or null]
                     return {"args": [[arg.arg, ast.unparse(d) if d is not None else None]
-                                     for arg, d in zip(a.args[1:], defaults[1:])]}
+                                     for arg, d in zip(a.args[1:], defaults[1:], strict=True)]}
     raise SystemExit("NpuFusedAdamW.__init__ not found")
 
 
@@ -276,7 +277,8 @@ def dump(manifest: dict) -> str:
         lines.append(f'   "NpuFusedAdamW": {inline(rel["NpuFusedAdamW"])},')
         lines.append('   "npu_signatures": {')
         sigs = list(rel["npu_signatures"].items())
-        lines += [f'    "{name}": {inline(sig)}' + ("," if k < len(sigs) - 1 else "") for k, (name, sig) in enumerate(sigs)]
+        lines += [f'    "{name}": {inline(sig)}' + ("," if k < len(sigs) - 1 else "")
+                  for k, (name, sig) in enumerate(sigs)]
         lines.append("   }")
         lines.append("  }" + ("," if i < len(releases) - 1 else ""))
     lines += [" }", "}"]
@@ -287,8 +289,9 @@ def dump(manifest: dict) -> str:
 
 def dump_schemas(by_line: dict) -> str:
     """One line per schema: small, and readable in a diff."""
-    lines = ["{", ' "source": "the custom (and symint) entries of torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml '
-                  'in each release line\'s newest wheel; written by tools/torch_npu_contract.py",', ' "lines": {']
+    lines = ["{", ' "source": "the custom (and symint) entries of '
+                  'torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml in each release line\'s newest wheel; '
+                  'written by tools/torch_npu_contract.py",', ' "lines": {']
     for i, (line_, entry) in enumerate(by_line.items()):
         lines.append(f'  "{line_}": {{"release": "{entry["release"]}", "schemas": [')
         lines += [f"   {json.dumps(schema)}," for schema in entry["schemas"][:-1]]

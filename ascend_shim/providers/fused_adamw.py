@@ -57,7 +57,7 @@ def fused_adamw_class():
 
 def params_of(params) -> list:
     """Flatten an optimizer's ``params`` argument (tensors, or param-group dicts) into tensors."""
-    out = []
+    out: list = []
     for item in params:
         if isinstance(item, dict):
             out.extend(item["params"] if not hasattr(item["params"], "dtype") else [item["params"]])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from datetime import timedelta
+from typing import Any
 
 from .native import _Namespace
 
@@ -29,12 +30,12 @@ class Options:
         self.hccl_config: dict = {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def process_group_class():
     """The class, built with the emulator's C++ backend on first use (a first build compiles it)."""
     from ..sim.hccl import HcclSim, build
 
-    base = build().ProcessGroupHCCL
+    base: Any = build().ProcessGroupHCCL  # the C++ class, built at run time
 
     class ProcessGroupHCCL(base):
         __module__ = "torch_npu._C._distributed_c10d"

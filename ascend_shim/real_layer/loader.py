@@ -17,6 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
+from .. import import_system
 from ..errors import ConfigError
 from . import prepare
 
@@ -66,6 +67,9 @@ def _check_safe(where: Path) -> None:
                               f"and run `ascend-shim fetch-torch-npu` again.")
 
 
+_ANY_DISTRIBUTION = importlib.metadata.DistributionFinder.Context()  # the default query: every name
+
+
 class _PreparedPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds ``torch_npu`` (and its distribution metadata) in the prepared package, whatever ``sys.path`` holds
     (a script's runner replaces ``sys.path[0]``), and answers ``torch_npu._C`` with the stand-in native layer."""
@@ -83,7 +87,7 @@ class _PreparedPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader)
             return None
         return importlib.machinery.ModuleSpec(fullname, self, origin=__name__)
 
-    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+    def find_distributions(self, context: importlib.metadata.DistributionFinder.Context = _ANY_DISTRIBUTION):
         site = _enabled_site
         if site is None or "path" in vars(context) or context.name not in (None, "torch_npu", "torch-npu"):
             return iter(())
@@ -113,8 +117,7 @@ def enable(where: Path) -> None:
         if _enabled_site == site:
             return
         _check_safe(where)
-        if _finder not in sys.meta_path:
-            sys.meta_path.insert(0, _finder)
+        import_system.install("real_layer", _finder)
         _enabled_site = site
 
 
@@ -122,8 +125,7 @@ def disable() -> None:
     """Stop answering imports (an imported torch_npu stays: torch cannot unregister its device)."""
     global _enabled_site
     with _lock:
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+        import_system.uninstall("real_layer")
         _enabled_site = None
 
 

@@ -20,6 +20,7 @@ import re
 import sys
 import time
 import types
+from collections.abc import Callable
 
 import torch
 
@@ -46,7 +47,7 @@ class _Namespace:
     def __init__(self, path: str):
         self.path = path
         self.names: dict[str, object] = {}
-        self.getattr = None  # a module __getattr__ for names built on first use
+        self.getattr: Callable[[str], object] | None = None  # a module __getattr__ for names built on first use
 
     def provide(self, name: str, value=None):
         if value is not None:
@@ -74,7 +75,7 @@ class _Namespace:
         def __getattr__(name):
             raise AttributeError(f"module {path!r} has no attribute {name!r} (the emulated NPU's native layer "
                                  f"does not provide it)")
-        mod.__getattr__ = self.getattr or __getattr__
+        mod.__dict__["__getattr__"] = self.getattr or __getattr__
         return mod
 
 
@@ -250,6 +251,9 @@ class _NPUStreamBase(torch.Stream):
 
 
 class _NPUEventBase:
+    _recorded_at: float | None
+    enable_timing: bool
+
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False, graph_external=False, **kwargs):
         self = object.__new__(cls)
         self._recorded_at = None
@@ -421,7 +425,10 @@ def build(name: str = "torch_npu._C") -> types.ModuleType:
     from . import c10d, ops
     from .loader import enabled_site
 
-    _cann_environment_for_import(Path(enabled_site()).parent)
+    site = enabled_site()
+    if site is None:
+        raise RuntimeError("the real layer is not enabled: torch_npu._C is built over its prepared package only")
+    _cann_environment_for_import(Path(site).parent)
 
     module = C.module()
     module.__name__ = name

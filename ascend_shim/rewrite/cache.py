@@ -21,6 +21,7 @@ its header (which names the source's mtime and size, or its hash): a later run l
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -148,10 +149,8 @@ def store(path: str, source: bytes, code, sites) -> None:
         os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # POSIX rename replaces atomically
     except OSError as exc:
         log.debug("ascend_shim rewrite cache: could not store %s (%s)", path, exc)
-        try:
+        with contextlib.suppress(OSError):  # never written
             os.unlink(tmp, dir_fd=fd)
-        except OSError:
-            pass
 
 
 # -- bytecode known to name neither cuda nor nccl ---------------------------------------------------------------
@@ -218,8 +217,6 @@ def _keep_clean() -> None:
                 fh.write(marshal.dumps(merged))
             os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
         except OSError:
-            try:
+            with contextlib.suppress(OSError):  # never written
                 os.unlink(tmp, dir_fd=fd)
-            except OSError:
-                pass
     _new_clean.clear()

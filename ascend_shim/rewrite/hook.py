@@ -1,10 +1,11 @@
 """Load-time application of the rewrite to CUDA code: the user's modules, the main script, and every
 library that is not NPU-native.
 
-``install(roots, packages)`` puts a meta-path finder in front of the others. For each import it asks the
-finders behind it for the spec (so editable installs and other custom finders keep working) and, when the
-module is CUDA code, swaps its ``SourceFileLoader`` for :class:`RewritingLoader` (a subclass: resources,
-``get_source``, ``runpy`` and ``pkgutil`` behave the same). The rule is the one of
+``install(roots, packages)`` puts a meta-path finder in front of Python's own (its slot:
+:mod:`ascend_shim.import_system`). For each import it asks the finders behind it for the spec (so editable
+installs and other custom finders keep working) and, when the module is CUDA code, swaps its
+``SourceFileLoader`` for :class:`RewritingLoader` (a subclass: resources, ``get_source``, ``runpy`` and
+``pkgutil`` behave the same). The rule is the one of
 :mod:`ascend_shim.callers` (who is told CUDA is available sees CUDA devices as CUDA). A module is rewritten when
 
 * its name is not NPU-native (torch, torch_npu, the packages the patch sets declare, ``ASCEND_SHIM_NATIVE_PACKAGES``;
@@ -25,9 +26,9 @@ actually loaded from, and one naming the libraries whose comparisons were rewrit
 
 Only plain ``.py`` sources loaded by the stock ``SourceFileLoader`` are rewritten (no zip imports, no
 ``.pyc``-only modules, no custom loaders). Modules whose bytecode (or source) mentions neither ``cuda`` nor
-``nccl`` load through the normal path untouched. Rewritten code is never written to ``__pycache__`` (a later run without the
-shim can never pick it up); it is kept in the shim's own cache (:mod:`.cache`), so a library is rewritten once,
-not on every start.
+``nccl`` load through the normal path untouched. Rewritten code is never written to ``__pycache__`` (a later
+run without the shim can never pick it up); it is kept in the shim's own cache (:mod:`.cache`), so a library
+is rewritten once, not on every start.
 
 ``install`` also wraps ``runpy.run_path`` (undone by ``uninstall``) so that a script under the roots run that
 way -- notably ``multiprocessing``'s spawn/forkserver children re-running the main script as ``__mp_main__``
@@ -35,6 +36,7 @@ way -- notably ``multiprocessing``'s spawn/forkserver children re-running the ma
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -46,10 +48,9 @@ import site
 import sys
 import sysconfig
 import threading
-from types import ModuleType
+from types import CodeType, ModuleType
 
-from .. import callers
-from .. import hooks as _post_import_hooks
+from .. import callers, import_system
 from ..errors import ConfigError
 from ..report import REPORT
 from . import cache, runtime
@@ -61,7 +62,6 @@ _ORIGINAL_RUN_PATH = runpy.run_path
 _BYTECODE_SUFFIXES = tuple(importlib.machinery.BYTECODE_SUFFIXES)
 _REFUSED_TOP = {"ascend_shim", "torch", "torch_npu"}
 _lock = threading.RLock()
-_guard = threading.local()
 
 
 def _real(path: str) -> str:
@@ -74,14 +74,10 @@ def _dir_sets() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tupl
     paths = sysconfig.get_paths()
     stdlib = {paths.get("stdlib"), paths.get("platstdlib")}
     sites = {paths.get("purelib"), paths.get("platlib")}
-    try:
+    with contextlib.suppress(AttributeError):  # some virtualenv flavours
         sites.update(site.getsitepackages())
-    except AttributeError:  # some virtualenv flavours
-        pass
-    try:
+    with contextlib.suppress(AttributeError):
         sites.add(site.getusersitepackages())
-    except AttributeError:
-        pass
     ours = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # ascend_shim
     spec = importlib.util.find_spec("torch")
     if spec is not None and spec.submodule_search_locations:
@@ -112,6 +108,7 @@ def rewritten_code(source: bytes, path: str):
     """``(code, sites)`` for the file ``path`` holding ``source``; ``code`` is None when nothing was rewritten.
     Each site is reported (once). From the cache when the same source was rewritten before."""
     hit = cache.load(path, source)
+    code: CodeType | None
     if hit is None:
         code, sites = rewrite_source(source, path)
         if not any(s.rewritten for s in sites):
@@ -332,39 +329,15 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
             return None
         if path is not None and not self.config.may_hold_users(fullname, path):
             return None  # a submodule of a package outside the user's code: the other finders alone
-        busy = getattr(_guard, "names", None)
-        if busy is None:
-            busy = _guard.names = set()
-        if fullname in busy:
-            return None
-        busy.add(fullname)
-        try:
-            spec = self._spec_from_others(fullname, path, target)
-        finally:
-            busy.discard(fullname)
+        spec = import_system.spec_from_others(self, fullname, path, target)
         if spec is not None:
             self._maybe_wrap(fullname, spec)
         return spec
 
-    def _spec_from_others(self, fullname, path, target):
-        finders = list(sys.meta_path)
-        try:
-            finders = finders[finders.index(self) + 1:]
-        except ValueError:
-            pass
-        for finder in finders:
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                return None  # a legacy finder: let the import system do the whole search, unrewritten
-            spec = find(fullname, path, target)
-            if spec is not None:
-                return spec
-        return None
-
     def _maybe_wrap(self, fullname, spec) -> None:
-        holder, loader = spec, spec.loader
-        if isinstance(loader, _post_import_hooks._NotifyingLoader):
-            holder, loader = loader, loader._loader
+        """Swap the stock loader of CUDA code for :class:`RewritingLoader`. The post-import finder stands in
+        front of this one (their slots) and wraps the result: a loader found here is never its wrapper."""
+        loader = spec.loader
         if type(loader) is not importlib.machinery.SourceFileLoader:
             return
         kind = self.config.kind(fullname, spec.origin)
@@ -375,14 +348,11 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
             new.library = fullname.partition(".")[0]
         else:
             self.config.saw(spec.origin, fullname)
-        if holder is spec:
-            spec.loader = new
-        else:
-            holder._loader = new
+        spec.loader = new
 
 
 _finder: RewriteFinder | None = None
-_last_config: "_Config | None" = None  # whose note the report carries (one note: the latest rule)
+_last_config: _Config | None = None  # whose note the report carries (one note: the latest rule)
 
 
 def install(roots, packages=()) -> None:
@@ -417,9 +387,7 @@ def install(roots, packages=()) -> None:
             _finder = RewriteFinder(config)
         else:
             _finder.config = config
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
-        sys.meta_path.insert(0, _finder)
+        import_system.install("rewrite", _finder)
         runpy.run_path = _run_path_hook
         _replace_note(old_note, config.describe())
         _last_config = config
@@ -429,15 +397,14 @@ def uninstall() -> None:
     """Stop rewriting newly imported modules (already imported ones stay rewritten); restore ``runpy.run_path``."""
     global _finder
     with _lock:
-        if _finder is not None and _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+        import_system.uninstall("rewrite")
         _finder = None
         if runpy.run_path is _run_path_hook:
             runpy.run_path = _ORIGINAL_RUN_PATH
 
 
 def is_installed() -> bool:
-    return _finder is not None and _finder in sys.meta_path
+    return _finder is not None and import_system.is_installed(_finder)
 
 
 def is_user_module(fullname: str | None, origin: str | None) -> bool:

@@ -38,6 +38,7 @@ import dataclasses
 import importlib.util
 import re
 from types import CodeType
+from typing import TypeGuard, cast
 
 RUNTIME_MODULE = "ascend_shim.rewrite.runtime"
 #: runtime function -> the dunder name it is bound to in the rewritten module (dunder: no class-body mangling)
@@ -117,7 +118,7 @@ def _operand_kind(node, *, npu: bool = False) -> frozenset:
 def _display_kind(node, *, npu: bool = False) -> frozenset:
     if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         return frozenset()
-    out = frozenset()
+    out: frozenset[str] = frozenset()
     for elt in node.elts:
         out |= _operand_kind(elt, npu=npu)
     return out
@@ -125,7 +126,7 @@ def _display_kind(node, *, npu: bool = False) -> frozenset:
 
 def _prefix_kind(node, *, npu: bool = False) -> frozenset:
     if isinstance(node, ast.Tuple):
-        out = frozenset()
+        out: frozenset[str] = frozenset()
         for elt in node.elts:
             out |= _classify_str(_str_const(elt), prefix=True, npu=npu)
         return out
@@ -145,7 +146,7 @@ def _compare_kind(node: ast.Compare, *, npu: bool = False) -> frozenset:
 
 
 def _chain_kind(node: ast.Compare) -> frozenset:
-    out = frozenset()
+    out: frozenset[str] = frozenset()
     for i, op in enumerate(node.ops):
         if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
             pair = ast.Compare(left=([node.left] + node.comparators)[i], ops=[op], comparators=[node.comparators[i]])
@@ -153,7 +154,7 @@ def _chain_kind(node: ast.Compare) -> frozenset:
     return out
 
 
-def _startswith_call(node) -> bool:
+def _startswith_call(node: ast.AST) -> TypeGuard[ast.Call]:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith"
             and 1 <= len(node.args) <= 3 and not node.keywords
             and not any(isinstance(a, ast.Starred) for a in node.args))
@@ -162,7 +163,8 @@ def _startswith_call(node) -> bool:
 def _npu_kinds_in_unit(unit, *, as_unit: bool = True) -> frozenset:
     """Kinds of NPU-counterpart comparisons in ``unit``: a function's / lambda's body (``as_unit``), else the
     node itself; never inside nested functions, lambdas or classes."""
-    found = set()
+    found: set[str] = set()
+    todo: list[ast.AST]
     if as_unit and isinstance(unit, _FUNC_UNITS):
         todo = list(unit.body) if isinstance(unit.body, list) else [unit.body]
     elif isinstance(unit, _FUNC_UNITS + (ast.ClassDef,)):
@@ -197,7 +199,7 @@ def _own_expressions(stmt):
                 yield item.pattern
                 if item.guard is not None:
                     yield item.guard
-            elif isinstance(item, ast.excepthandler):
+            elif isinstance(item, ast.ExceptHandler):
                 if item.type is not None:
                     yield item.type
             elif isinstance(item, ast.AST) and not isinstance(item, ast.stmt):
@@ -312,7 +314,7 @@ class CudaComparisonRewriter(ast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
-        if not _startswith_call(node):
+        if not _startswith_call(node) or not isinstance(node.func, ast.Attribute):  # (the first implies the second)
             return node
         kinds = _prefix_kind(node.args[0])
         if not kinds or not self._site(node, "startswith", kinds):
@@ -323,7 +325,7 @@ class CudaComparisonRewriter(ast.NodeTransformer):
         self.generic_visit(node)
         s = _str_const(node.value)
         kinds = _classify_str(s)
-        if not kinds or not self._site(node, "case", kinds, prefix="case "):
+        if s is None or not kinds or not self._site(node, "case", kinds, prefix="case "):
             return node
         alt = ast.copy_location(ast.MatchValue(value=ast.copy_location(ast.Constant(_counterpart_literal(s)),
                                                                          node.value)), node)
@@ -352,7 +354,8 @@ def rewrite_tree(tree: ast.Module, text: str, filename: str) -> tuple[ast.Module
         anchor = tree.body[pos] if pos < len(tree.body) else tree.body[-1]
         imp = ast.ImportFrom(module=RUNTIME_MODULE, level=0,
                              names=[ast.alias(name=n, asname=HELPERS[n]) for n in sorted(rw.used)])
-        for n in [imp, *imp.names]:
+        located: list[ast.ImportFrom | ast.alias] = [imp, *imp.names]
+        for n in located:
             n.lineno = n.end_lineno = anchor.lineno
             n.col_offset = n.end_col_offset = 0
         tree.body.insert(pos, imp)
@@ -370,13 +373,14 @@ def rewrite_source(source: str | bytes, filename: str) -> tuple[CodeType, list[S
     Returns the module code object (compiled like the import system does: ``dont_inherit=True``) and the
     sites. A ``SyntaxError`` propagates exactly as the plain compile would raise it.
     """
-    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    # compile, not ast.parse: a SyntaxError raised as the import system raises it (no frame of ast.py)
+    tree = cast(ast.Module, compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True))
     tree, sites = rewrite_tree(tree, _text(source), filename)
     return compile(tree, filename, "exec", dont_inherit=True, optimize=-1), sites
 
 
 def rewrite_to_text(source: str | bytes, filename: str = "<string>") -> str:
     """The rewritten module as source text (for inspection and debugging; line numbers are not kept)."""
-    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    tree = cast(ast.Module, compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True))
     tree, _ = rewrite_tree(tree, _text(source), filename)
     return ast.unparse(tree)

@@ -31,7 +31,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..regular_file import NotRegularFile, read_regular_file
 from .symbols import CATEGORIES, KNOWN_UNSUPPORTED, VERDICTS, symbol_for, target_symbol
@@ -113,7 +113,8 @@ def scan_paths(paths: Iterable[str], patch_sets=None, config=None, backend: str 
     root = os.path.abspath(paths[0]) if len(paths) == 1 else os.path.commonpath([os.path.abspath(p) for p in paths])
     base = root if os.path.isdir(root) else os.path.dirname(root)
     findings, errors, skipped, count = [], [], [], 0
-    imported, own_names = set(), set()
+    imported: set[str] = set()  # top-level modules the scanned files import
+    own_names: set[str] = set()  # the scanned tree's own module and package names
     for top in paths:
         for file in iter_python_files(top):
             rel = os.path.relpath(os.path.abspath(file), base)

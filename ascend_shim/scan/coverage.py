@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..registry import Patch, PatchSet
 from .. import fidelity

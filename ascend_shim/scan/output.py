@@ -66,7 +66,7 @@ def to_text(result, findings) -> str:
         w_where = min(max(len(x) for x in where), 60)
         w_cat = max(len(f.category) for f in findings)
         w_sym = min(max(len(s) for s in symbols), 48)
-        for loc, symbol, f in zip(where, symbols, findings):
+        for loc, symbol, f in zip(where, symbols, findings, strict=True):
             extra = f"  [{', '.join(f.patches)}]" if f.patches else (f"  ({f.reason})" if f.reason else "")
             lines.append(f"{loc:<{w_where}}  {f.category:<{w_cat}}  {symbol:<{w_sym}}  {f.verdict}{printable(extra)}")
         lines.append("")

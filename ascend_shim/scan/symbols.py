@@ -131,9 +131,6 @@ NCCL = "nccl"
 FP8 = "fp8"
 CUDA_GRAPH = "cuda-graph"
 NVIDIA_SMI = "program:nvidia-smi"
-TORCH_COMPILE = "torch.compile"
-TRITON_JIT = "triton.jit"
-PYNVML = "pynvml"
 GRAD_SCALER_DEFAULT = "torch.amp.GradScaler"
 REDUCE_OP_AVG = "ReduceOp.AVG"
 #: the more general keys of ``.cuda()`` / ``.is_cuda`` findings: the receiver's type is unknown statically, so a
@@ -317,7 +314,7 @@ def classify_api(qualname: str) -> tuple[str, str, tuple[str, ...]] | None:
 
 def classify_string(value: str) -> list[tuple[str, str, tuple[str, ...]]]:
     """CUDA-isms named by a string literal (device strings, backend strings, env vars, nvidia-smi)."""
-    out = []
+    out: list[tuple[str, str, tuple[str, ...]]] = []
     if _DEVICE_RE.match(value):
         out.append((DEVICE_STRING, DEVICE_STRING_CUDA, (DEVICE_STRING_CUDA,)))
     elif value == "nccl" or (_BACKEND_SPEC_RE.match(value) and "nccl" in value):
@@ -343,7 +340,7 @@ def is_symbol(entry: str) -> bool:
         return True
     if entry.startswith("env:"):
         return bool(ENV_VAR_RE.match(entry[4:]) or re.match(r"^[A-Z0-9_]*[*?]$", entry[4:]))
-    head = re.split(r"[*?\[]", entry, 1)[0].rstrip(".")
+    head = re.split(r"[*?\[]", entry, maxsplit=1)[0].rstrip(".")
     if head != entry:
         return bool(head) and (head in FIXED_SYMBOLS or classify_api(head) is not None)
     hit = classify_api(entry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+from typing import cast
 
 from . import symbols as S
 
@@ -267,7 +268,7 @@ def _apply_rewrite_rules(findings: list[RawFinding], source, filename: str) -> l
     from ..rewrite.transform import _text, rewrite_tree
 
     try:
-        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = cast(ast.Module, compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True))
         _, sites = rewrite_tree(tree, _text(source), filename)
     except (SyntaxError, ValueError):
         return findings

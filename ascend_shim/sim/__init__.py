@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import itertools
 import os
 import re
 import sys
@@ -108,9 +109,9 @@ def uninstall() -> None:
 
 def _forget_npu_probes() -> None:
     for module_name, function in _CACHED_NPU_PROBES:
-        probe = getattr(sys.modules.get(module_name), function, None)
-        if hasattr(probe, "cache_clear"):
-            probe.cache_clear()
+        cache_clear = getattr(getattr(sys.modules.get(module_name), function, None), "cache_clear", None)
+        if cache_clear is not None:
+            cache_clear()
 
 
 def install_device() -> None:
@@ -158,7 +159,7 @@ def visible_devices(physical: int, environ=None) -> list[int]:
         return list(range(physical))
     seen: list[int] = []
     for entry in raw.split(","):
-        digits = re.match(r"\d*", entry.strip()).group(0)
+        digits = "".join(itertools.takewhile(str.isdecimal, entry.strip()))  # as \d: what int() reads
         if not digits or int(digits) >= physical:
             break
         if int(digits) in seen:
@@ -245,11 +246,12 @@ def _register_python_side() -> None:
     restores the npu RNG state when no input names a device. (CPU/npu shallow-copy compatibility, which keeps
     Parameters and tied weights through ``Module._apply`` and ``param.data =``, is registered by the C++ side.)
     """
-    from torch.nn.parameter import UninitializedTensorMixin
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # not in torch's .pyi
     from torch.utils.checkpoint import DefaultDeviceType
 
-    if torch.Tensor.npu not in UninitializedTensorMixin._allowed_methods:
-        UninitializedTensorMixin._allowed_methods.append(torch.Tensor.npu)
+    to_npu = torch.Tensor.npu  # type: ignore[attr-defined]  # added by the backend; torch's types know cuda()
+    if to_npu not in UninitializedTensorMixin._allowed_methods:
+        UninitializedTensorMixin._allowed_methods.append(to_npu)
     DefaultDeviceType.set_device_type("npu")
 
 
@@ -285,7 +287,7 @@ def _count_print_as_one_transfer(native) -> None:
         finally:
             native.d2h_scope_exit()
 
-    _str._ascend_shim_sim = True
+    _str._ascend_shim_sim = True  # type: ignore[attr-defined]  # marks the wrapper as ours
     torch._tensor_str._str = _str
 
 

@@ -23,7 +23,7 @@ import sysconfig
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -44,8 +44,8 @@ class Extension:
     key_prefix: str = ""  # tells the cache directories of different extensions apart
 
 
-SIM = Extension("_ascend_shim_sim", ("device.cpp", "kernels.cpp", "nn.cpp", "autocast.cpp", "op_coverage.cpp", "ipc.cpp", "module.cpp"),
-                headers=("sim.h",))
+SIM = Extension("_ascend_shim_sim", ("device.cpp", "kernels.cpp", "nn.cpp", "autocast.cpp", "op_coverage.cpp",
+                                    "ipc.cpp", "module.cpp"), headers=("sim.h",))
 HCCL = Extension("_ascend_shim_sim_hccl", ("hccl/process_group_hccl.cpp",), cflags=("-O1",), key_prefix="hccl-")
 
 _modules: dict[str, ModuleType] = {}
@@ -79,9 +79,10 @@ def _ninja_dir() -> str | None:
         return None
     try:
         import ninja
+
+        bin_dir = getattr(ninja, "BIN_DIR", None)
     except ImportError:
-        ninja = None
-    bin_dir = getattr(ninja, "BIN_DIR", None)
+        bin_dir = None
     if not bin_dir or not shutil.which("ninja", path=bin_dir):
         from ..errors import ShimError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 _lock = threading.Lock()
 _op_calls: Counter = Counter()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Callable
+from collections.abc import Callable
 
 EMULATOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 

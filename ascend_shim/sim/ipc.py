@@ -16,7 +16,7 @@ import weakref
 import torch
 
 #: npu storage -> the shared CPU storage it lives in
-_shared: "weakref.WeakKeyDictionary[torch.UntypedStorage, torch.UntypedStorage]" = weakref.WeakKeyDictionary()
+_shared: weakref.WeakKeyDictionary[torch.UntypedStorage, torch.UntypedStorage] = weakref.WeakKeyDictionary()
 
 
 def _bytes(storage: torch.UntypedStorage) -> torch.Tensor:

@@ -29,7 +29,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from . import _extension
 
@@ -182,11 +182,12 @@ def _resolve(op: str, composite: bool, refused: bool) -> str:
         detail = f"no NPU kernel; TORCH_NPU_FALLBACK_CPU_DISABLE=1 forbids torch_npu's CPU fallback: raises{via}"
     else:
         category, detail = "fallback", f"no NPU kernel: torch_npu runs it on the CPU{via}"
+    frame, site = None, None
     try:
-        where = {"frame": sys._getframe(1)}  # the Python code that called the operator
+        frame = sys._getframe(1)  # the Python code that called the operator
     except ValueError:  # an autograd engine thread runs no Python code
         import torch
 
-        where = {"site": ("<backward>" if torch._C._current_graph_task_id() != -1 else "<native thread>", 0)}
-    REPORT.event(category, reported, detail, **where)
+        site = ("<backward>" if torch._C._current_graph_task_id() != -1 else "<native thread>", 0)
+    REPORT.event(category, reported, detail, frame=frame, site=site)
     return reported

@@ -21,7 +21,7 @@ from . import ipc
 
 _installed: dict = {}
 #: (id of the shared CPU storage handle, device index) -> npu storage rebuilt on it in this process
-_received: "weakref.WeakValueDictionary[tuple, torch.UntypedStorage]" = weakref.WeakValueDictionary()
+_received: weakref.WeakValueDictionary[tuple, torch.UntypedStorage] = weakref.WeakValueDictionary()
 
 
 class SharingError(RuntimeError):

@@ -7,8 +7,9 @@ CUDA backends (device-generic code that calls other ops: constructors, accessors
 supported on the NPU backend." The emulator registers the first group as those same generic kernels (torch's
 SparseCPU registration of them is the same code, run here on npu tensors, under a guard of the tensors' device as
 torch_npu's generated wrappers set one), ``max`` as torch_npu computes it (the maximum of the dense tensor), the
-other three as the CPU kernels run on host aliases of the npu memory, and the same error for the rest. Compressed layouts (CSR/CSC/BSR/BSC), which torch_npu
-keeps under a key of their own, are not emulated: converting to them raises that error.
+other three as the CPU kernels run on host aliases of the npu memory, and the same error for the rest. Compressed
+layouts (CSR/CSC/BSR/BSC), which torch_npu keeps under a key of their own, are not emulated: converting to them
+raises that error.
 """
 from __future__ import annotations
 
@@ -146,7 +147,8 @@ def _not_supported(op, *args, **kwargs):
 # -- torch_npu's own kernels: the CPU kernels on host aliases ------------------------------------------------------
 def _device_of(values):
     """The one npu device of the op's tensors (0-dim CPU scalars aside), as a device kernel requires."""
-    devices = {t.device for t in values if isinstance(t, torch.Tensor) and not (t.device.type == "cpu" and t.dim() == 0)}
+    devices = {t.device for t in values
+               if isinstance(t, torch.Tensor) and not (t.device.type == "cpu" and t.dim() == 0)}
     if len(devices) > 1:
         first, second = sorted(devices, key=str)[:2]
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {first} "

@@ -11,6 +11,8 @@ The storages are typed storages on the npu device, as torch_npu's ``_LegacyStora
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.storage import _LegacyStorage
@@ -28,6 +30,8 @@ __all__ = list(TENSOR_DTYPES) + list(STORAGE_DTYPES)
 
 class _NPUTensorType(type):
     """Metaclass of the typed tensor classes: instance checks and legacy construction, like torch.tensortype."""
+
+    dtype: torch.dtype  # each class's
 
     def __instancecheck__(cls, obj):
         return (isinstance(obj, torch.Tensor) and obj.device.type == "npu" and obj.dtype == cls.dtype
@@ -74,8 +78,17 @@ def _storage_type(name: str, dtype: torch.dtype):
 
 TYPES = {name: _tensor_type(name, dtype) for name, dtype in TENSOR_DTYPES.items()}
 STORAGES = {name: _storage_type(name, dtype) for name, dtype in STORAGE_DTYPES.items()}
-globals().update(TYPES)
-globals().update(STORAGES)
+# bound by name, as torch.npu re-exports them
+BoolTensor, BoolStorage = TYPES["BoolTensor"], STORAGES["BoolStorage"]
+ByteTensor, ByteStorage = TYPES["ByteTensor"], STORAGES["ByteStorage"]
+CharTensor, CharStorage = TYPES["CharTensor"], STORAGES["CharStorage"]
+ShortTensor, ShortStorage = TYPES["ShortTensor"], STORAGES["ShortStorage"]
+IntTensor, IntStorage = TYPES["IntTensor"], STORAGES["IntStorage"]
+LongTensor, LongStorage = TYPES["LongTensor"], STORAGES["LongStorage"]
+HalfTensor, HalfStorage = TYPES["HalfTensor"], STORAGES["HalfStorage"]
+FloatTensor, FloatStorage = TYPES["FloatTensor"], STORAGES["FloatStorage"]
+DoubleTensor, DoubleStorage = TYPES["DoubleTensor"], STORAGES["DoubleStorage"]
+BFloat16Tensor, BFloat16Storage = TYPES["BFloat16Tensor"], STORAGES["BFloat16Storage"]
 
 
 def tensor_type_name(obj):
@@ -101,7 +114,7 @@ def uninstall() -> None:
         torch._storage_classes.discard(storage)
     current = torch.Tensor.type
     if getattr(current, "_ascend_shim_sim", False):
-        torch.Tensor.type = current.__wrapped__
+        torch.Tensor.type = current.__wrapped__  # type: ignore[attr-defined,method-assign]  # our wrapper's original
 
 
 def install_type_method() -> None:
@@ -111,7 +124,8 @@ def install_type_method() -> None:
     original = torch.Tensor.type
     if getattr(original, "_ascend_shim_sim", False):
         return
-    if _type_method is None or _type_method.__wrapped__ is not original:
+    method = _type_method
+    if method is None or getattr(method, "__wrapped__", None) is not original:  # torch's method was replaced
 
         @functools.wraps(original)
         def type(self, dtype=None, non_blocking=False, **kwargs):
@@ -122,9 +136,9 @@ def install_type_method() -> None:
                 return original(self, **kwargs) if kwargs else original(self)
             return original(self, dtype, non_blocking, **kwargs)
 
-        type._ascend_shim_sim = True
-        _type_method = type
-    torch.Tensor.type = _type_method
+        type._ascend_shim_sim = True  # type: ignore[attr-defined]  # marks the wrapper as ours
+        method = _type_method = type
+    torch.Tensor.type = method  # type: ignore[method-assign]  # as torch_npu's C++ extends it
 
 
-_type_method = None
+_type_method: Callable[..., Any] | None = None

@@ -8,7 +8,6 @@ import torch
 
 from ascend_shim.sim.errors import NotEmulatedError
 from ascend_shim.sim.torch_npu import npu as emulated
-from ascend_shim.sim.torch_npu.npu import _unemulated
 
 from .conftest import builtin_layer_only
 
@@ -17,7 +16,6 @@ pytestmark = builtin_layer_only
 
 def test_all_equals_the_paired_release(paired):
     assert list(emulated.__all__) == paired["npu_all"]
-    assert list(_unemulated.NPU_ALL) == paired["npu_all"]
 
 
 def test_every_name_exists_and_hasattr_never_raises(paired):

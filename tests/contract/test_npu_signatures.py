@@ -53,7 +53,7 @@ def _emulated(path: str) -> list:
 def _same(mine, theirs) -> bool:
     if [m[:2] for m in mine] != [t[:2] for t in theirs]:
         return False
-    for (_, _, a), (_, _, b) in zip(mine, theirs):
+    for (_, _, a), (_, _, b) in zip(mine, theirs, strict=True):
         if isinstance(b, _Source):
             continue  # an expression default: presence is what the caller sees
         if a != b or type(a) is not type(b):

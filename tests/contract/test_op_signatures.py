@@ -51,7 +51,8 @@ def test_the_operator_has_the_paired_release_s_schema(paired, op):
 
 def test_the_shipped_schemas_of_every_line_are_the_wheels(releases):
     for version, rel in releases.items():
-        shipped = {s.split("(", 1)[0]: torch._C.parse_schema("npu::" + s) for s in library.release_schemas(line(version))}
+        shipped = {s.split("(", 1)[0]: torch._C.parse_schema("npu::" + s)
+                   for s in library.release_schemas(line(version))}
         for op in OPS:
             assert _schema_args(shipped[op]) == rel["ops"][op]["args"], (version, op)
             assert len(shipped[op].returns) == rel["ops"][op]["returns"], (version, op)
@@ -61,7 +62,7 @@ def test_the_shipped_schemas_of_every_line_are_the_wheels(releases):
 def test_the_kernel_takes_the_schema_s_arguments(paired, op):
     emulated, real = _emulated_args(getattr(kernels, op)), _real_args(paired["ops"][op])
     assert [a[0] for a in emulated] == [a[0] for a in real]
-    for mine, theirs in zip(emulated, real):
+    for mine, theirs in zip(emulated, real, strict=True):
         assert mine[2] == theirs[2], (op, mine, theirs)
         assert mine[1] == theirs[1] and type(mine[1]) is type(theirs[1]) or \
             (isinstance(mine[1], (int, float)) and mine[1] == theirs[1]), (op, mine, theirs)

@@ -2,6 +2,7 @@
 import importlib
 import sys
 import threading
+import warnings
 
 import pytest
 
@@ -31,7 +32,7 @@ from ascend_shim.errors import NotNeeded
 CALLS = []
 demo = PatchSet(id="{p}demo", title="demo set", requires={"pytest": ">=1"})
 
-@demo.patch("{p}target:greet", why="test why", what="wraps greet", remove_when="never")
+@demo.patch("{p}target:greet", why="test why", what="wraps greet", remove_when="never: a test")
 def greet(ctx):
     CALLS.append("greet")
     orig = ctx.original
@@ -41,47 +42,48 @@ def greet(ctx):
         return "patched:" + orig(*a)
     return greet
 
-@demo.patch("{p}target:Thing.method", why="t", what="wraps a method", remove_when="never")
+@demo.patch("{p}target:Thing.method", why="t", what="wraps a method", remove_when="never: a test")
 def method(ctx):
     orig = ctx.original
     def method(self):
         return "patched:" + orig(self)
     return method
 
-@demo.patch("{p}target:Thing.static", kind="replace", why="t", what="replaces a staticmethod", remove_when="never")
+@demo.patch("{p}target:Thing.static", kind="replace", why="t", what="replaces a staticmethod",
+             remove_when="never: a test")
 def static(ctx):
     orig = ctx.original
     return staticmethod(lambda: "patched:" + orig())
 
-@demo.patch("{p}target:NEW", kind="add", why="t", what="adds NEW", remove_when="never")
+@demo.patch("{p}target:NEW", kind="add", why="t", what="adds NEW", remove_when="never: a test")
 def new(ctx):
     return 42
 
-@demo.patch("{p}target:absent", why="t", what="targets a missing attribute", remove_when="never")
+@demo.patch("{p}target:absent", why="t", what="targets a missing attribute", remove_when="never: a test")
 def absent(ctx):
     raise AssertionError("must not be called")
 
-@demo.patch("{p}target:VALUE", kind="replace", why="t", what="raises while applying", remove_when="never")
+@demo.patch("{p}target:VALUE", kind="replace", why="t", what="raises while applying", remove_when="never: a test")
 def broken(ctx):
     raise RuntimeError("boom")
 
 @demo.patch("{p}target:greet", kind="wrap", id="{p}demo.not_needed", why="t", what="decides not to act",
-            remove_when="never")
+            remove_when="never: a test")
 def not_needed(ctx):
     raise NotNeeded("real package present")
 
 gated = PatchSet(id="{p}old", title="out of range", requires={"pytest": "<1"})
-@gated.patch("{p}target:VALUE", kind="replace", why="t", what="never applies", remove_when="never")
+@gated.patch("{p}target:VALUE", kind="replace", why="t", what="never applies", remove_when="never: a test")
 def never(ctx):
     return -1
 
 absent_set = PatchSet(id="{p}absentdist", title="dist not installed", requires={"no-such-dist-xyz": ">=1"})
-@absent_set.patch("{p}target:VALUE", kind="replace", why="t", what="never applies", remove_when="never")
+@absent_set.patch("{p}target:VALUE", kind="replace", why="t", what="never applies", remove_when="never: a test")
 def never2(ctx):
     return -2
 
 off = PatchSet(id="{p}off", title="off by default", default_enabled=False)
-@off.patch("{p}target:VALUE", kind="replace", why="t", what="sets VALUE to 99", remove_when="never")
+@off.patch("{p}target:VALUE", kind="replace", why="t", what="sets VALUE to 99", remove_when="never: a test")
 def value99(ctx):
     return 99
 
@@ -223,6 +225,20 @@ def test_activation_is_idempotent_and_reactivation_reapplies(demo):
     assert patches.CALLS == ["greet", "greet"]
 
 
+def test_reactivation_with_other_settings_warns_and_keeps_those_in_force(demo):
+    p, activate = demo
+    activate()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        activate()  # the same settings: silent
+        assert caught == []
+        activate(strict=True)
+    (warning,) = caught
+    assert warning.category is RuntimeWarning and warning.filename == __file__  # points at the caller
+    assert "strict=True (in force: False)" in str(warning.message) and "deactivate() first" in str(warning.message)
+    assert ascend_shim.activation._state.config.strict is False
+
+
 def test_from_import_copies_are_rebound_and_reported(demo):
     p, activate = demo
     make_user = f"from {p}target import greet\n"
@@ -255,7 +271,7 @@ def test_report_attributes_calls_to_the_users_file_and_line(demo, make_modules, 
 def test_concurrent_imports_from_eight_threads(make_modules, clean_shim):
     targets = {f"t{i}": "def f():\n    return 'orig'\n" for i in range(8)}
     sets = "\n".join(
-        f"@s.patch('{{p}}t{i}:f', why='t', what='w', remove_when='n')\n"
+        f"@s.patch('{{p}}t{i}:f', why='t', what='w', remove_when='never: a test')\n"
         f"def f{i}(ctx):\n    CALLS.append({i})\n    return lambda: 'patched'\n" for i in range(8))
     patches = ("from ascend_shim.registry import PatchSet\nCALLS = []\n"
                "s = PatchSet(id='{p}threads', title='t')\n" + sets + "\nPATCH_SETS = [s]\n")

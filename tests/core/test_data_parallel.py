@@ -54,7 +54,7 @@ def _on_cpu_in_chunks(chunks):
     chunk, the outputs concatenated (gradients of the chunks summed)."""
     def forward(model, x):
         scale = torch.linspace(0.5, 1.5, x.shape[0]).unsqueeze(1)
-        return torch.cat([model(c, scale={"k": k}) for c, k in zip(x.chunk(chunks), scale.chunk(chunks))])
+        return torch.cat([model(c, scale={"k": k}) for c, k in zip(x.chunk(chunks), scale.chunk(chunks), strict=True)])
 
     return forward
 
@@ -74,10 +74,10 @@ def test_several_npus_compute_exactly_what_the_chunks_compute_on_the_cpu(clean_s
     cpu = _train(_model(), _on_cpu_in_chunks(devices), "cpu")
     if devices == 2:  # two gradient parts add up the same in any order: bit for bit
         assert npu[0] == cpu[0]
-        assert all(torch.equal(a, b) for a, b in zip(npu[1], cpu[1]))
+        assert all(torch.equal(a, b) for a, b in zip(npu[1], cpu[1], strict=True))
     whole = _train(_model(), _whole, "cpu")  # a one-device run: the same up to rounding
     assert npu[0] == pytest.approx(whole[0], rel=1e-6, abs=1e-7)
-    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(npu[1], whole[1]))
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(npu[1], whole[1], strict=True))
     detail = f"{devices} devices: scatter, replicate, parallel_apply, gather on npu:0 (device copies)"
     assert any(e["api"] == "nn.DataParallel" and e["detail"] == detail for e in REPORT.events())
 
@@ -117,6 +117,14 @@ def test_replicas_run_under_the_npus_autocast(clean_shim):
     with torch.autocast("cuda"):
         assert dp(x).dtype == torch.float16  # as on CUDA: replicas run under the device's autocast
     assert dp(x).dtype == torch.float32
+
+
+def test_autocast_patch_applies_where_the_build_has_the_comm_kernels(clean_shim, monkeypatch):
+    """torch_npu registers torch._C._scatter & co: the kernels' patches stand down, the autocast one must not."""
+    monkeypatch.setattr(torch._C, "_scatter", lambda *a, **k: None, raising=False)
+    clean_shim.activate("sim")
+    assert REPORT.patches["torch_data_parallel.parallel_apply_autocast"]["status"] == "applied"
+    assert REPORT.patches["torch_data_parallel.comm.scatter"]["status"] == "not-needed"
 
 
 def test_comm_does_what_the_cuda_kernels_do(clean_shim):

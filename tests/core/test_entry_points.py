@@ -14,7 +14,7 @@ from ascend_shim.registry import Patch, PatchSet
 
 PATCH_SETS = [PatchSet(id="{name}", title="a third-party set")]
 PATCH_SETS[0].add(Patch(id="{name}.one", target="{name}_target:thing", kind="replace", why="a test", what="nothing",
-                        remove_when="never", factory=lambda ctx: None))
+                        remove_when="never: a test", factory=lambda ctx: None))
 '''
 
 

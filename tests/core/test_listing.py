@@ -29,7 +29,7 @@ PATCH_SETS = [PatchSet(id="{p}absent", title="absent", requires={"no-such-distri
               PatchSet(id="{p}outside", title="outside", requires={"torch": "<1"})]
 for s in PATCH_SETS:
     s.add(Patch(id=s.id + ".one", target="{p}nowhere:thing", kind="replace", why="a test", what="nothing",
-                remove_when="never", factory=_never))
+                remove_when="never: a test", factory=_never))
 """
 
 

@@ -2,6 +2,7 @@
 is what CI runs."""
 import os
 import re
+from pathlib import Path
 
 from ascend_shim import gendocs
 
@@ -13,7 +14,7 @@ def test_generated_pages_match_the_declarations():
 
 
 def test_readme_is_a_short_page_that_links_the_generated_ones():
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    readme = Path(ROOT, "README.md").read_text()
     assert len(readme.splitlines()) < 250
     assert "docs/coverage.md" in readme and "docs/configuration.md" in readme
     assert "| patch | target |" not in readme  # no generated table in the README itself
@@ -21,10 +22,15 @@ def test_readme_is_a_short_page_that_links_the_generated_ones():
     assert readme.find("run --simulate examples/train_cuda.py") < first_table  # the main job comes first
 
 
-def test_ci_runs_the_readme_test_command():
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    commands = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
-    test_cmd = next(c for c in commands if "pytest" in c)
-    ci = open(os.path.join(ROOT, ".ci", "run")).read()
-    for part in test_cmd.split("&&"):
-        assert part.strip() in ci, part
+def test_ci_runs_the_readme_set_up_commands_in_a_fresh_venv():
+    """CI runs both README commands as written, in a venv it has just made (a newcomer's machine), lint first."""
+    readme = Path(ROOT, "README.md").read_text()
+    setup = readme[readme.index("## Set-up"):readme.index("\n## ", readme.index("## Set-up") + 1)]
+    commands = re.findall(r"```bash\n(.*?)\n```", setup, re.S)
+    assert len(commands) == 2 and "pytest" in commands[1]
+    ci = Path(ROOT, ".ci", "run").read_text().splitlines()
+    venv_line = next(i for i, line in enumerate(ci) if line.startswith("python3 -m venv "))
+    activate_line = next(i for i, line in enumerate(ci) if line.startswith("source ") and "/bin/activate" in line)
+    positions = [ci.index(command) for command in commands]  # ValueError: a command is not run as written
+    assert venv_line < activate_line < positions[0] < positions[1]
+    assert activate_line < ci.index("ruff check .") < positions[1] and activate_line < ci.index("mypy") < positions[1]

@@ -7,6 +7,8 @@ import textwrap
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SPAWNING_SCRIPT = '''
@@ -40,7 +42,7 @@ if __name__ == "__main__":
 
 
 def run_cli(args, cwd, env=None, timeout=300):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    full = shim_free_env()
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "ascend_shim", *args], cwd=cwd, env=full,
                           capture_output=True, text=True, timeout=timeout)
@@ -135,7 +137,8 @@ def test_list_shows_metadata_and_status(tmp_path):
     (tmp_path / "extra_sets.py").write_text(textwrap.dedent('''
         from ascend_shim.registry import PatchSet
         s = PatchSet(id="extra", title="Extra set", requires={"pytest": ">=1"}, checked_against="pytest 9")
-        @s.patch("json:dumps", why="because", what="wraps dumps", remove_when="upstream fixes it")
+        @s.patch("json:dumps", why="because", what="wraps dumps",
+                 remove_when="pytest>=1: upstream fixes it")
         def dumps(ctx):
             return ctx.original
         PATCH_SETS = [s]
@@ -143,10 +146,15 @@ def test_list_shows_metadata_and_status(tmp_path):
     proc = run_cli(["list", "--patch-modules", "extra_sets"], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "[active] extra: Extra set" in proc.stdout
-    assert "why:  because" in proc.stdout and "remove when: upstream fixes it" in proc.stdout
+    assert "why:  because" in proc.stdout and "remove when: pytest>=1: upstream fixes it" in proc.stdout
+    assert "removable here: pytest " in proc.stdout  # the condition judged against the installed pytest
+    removable = run_cli(["list", "--removable", "--patch-modules", "extra_sets"], cwd=tmp_path,
+                        env={"PYTHONPATH": str(tmp_path)})
+    assert "extra.json.dumps" in removable.stdout and "torch_cuda" not in removable.stdout
     md = run_cli(["list", "--format", "markdown", "--patch-modules", "extra_sets"], cwd=tmp_path,
                  env={"PYTHONPATH": str(tmp_path)})
-    assert "| extra.json.dumps | `json:dumps` | wrap | exact | wraps dumps | upstream fixes it |" in md.stdout
+    assert "| extra.json.dumps | `json:dumps` | wrap | exact | wraps dumps | `pytest>=1`: upstream fixes it |" \
+        in md.stdout
 
 
 GC_PROBE = '''
@@ -179,7 +187,7 @@ def test_activating_inside_a_program_leaves_the_collector_alone():
     """Only a process the shim starts is settled: a program that calls activate() itself keeps its collector."""
     code = ("import gc, ascend_shim; ascend_shim.activate(backend='sim', inherit=False); "
             "print(gc.get_freeze_count())")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     proc = subprocess.run([sys.executable, "-c", code], env=dict(env, ASCEND_SHIM_LOG="off"), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,8 +5,8 @@ import pytest
 from ascend_shim import cli, fidelity, listing
 from ascend_shim.config import ENV_VARS, Config
 
-SAMPLE = {"backend": "sim", "sim_layer": "builtin", "disable": "torch_features", "only": "torch_devices", "enable": "fast_ops",
-          "strict": None, "report": "/tmp/r.json", "log": "debug", "patch_modules": "my_patches"}
+SAMPLE = {"backend": "sim", "sim_layer": "builtin", "disable": "torch_features", "only": "torch_devices",
+          "enable": "fast_ops", "strict": None, "report": "/tmp/r.json", "log": "debug", "patch_modules": "my_patches"}
 WITH_OPTION = [v for v in ENV_VARS if v.flag]
 
 

@@ -1,6 +1,5 @@
 """Every environment toggle, every bad value, and the CLI's exit code 2 on them."""
 import importlib
-import os
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ from ascend_shim.errors import ConfigError
 from ascend_shim.report import REPORT
 
 from .test_activation import PATCHES, TARGET
+from tests.subprocess_env import shim_free_env
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_config_round_trips_through_the_environment():
 
 
 def _cli(*args, env=None, cwd=None, timeout=120):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    full = shim_free_env()
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "ascend_shim", *args], capture_output=True, text=True,
                           env=full, cwd=cwd, timeout=timeout)

@@ -1,5 +1,4 @@
 """Crafted environments for ``doctor``: a fake root with CANN / driver / device folders, env vars, versions."""
-import os
 import re
 
 import pytest

@@ -25,7 +25,7 @@ def one(checks, name):
 
 
 def _patch(id, target, kind="wrap", covers=(), requires=None, fidelity="exact"):
-    return Patch(id=id, target=target, kind=kind, why="w", what="w", remove_when="w", factory=lambda c: None,
+    return Patch(id=id, target=target, kind=kind, why="w", what="w", remove_when="never: w", factory=lambda c: None,
                  covers=tuple(covers), requires=tuple((requires or {}).items()), fidelity=fidelity)
 
 
@@ -291,6 +291,16 @@ def test_flash_attn(make):
 def test_bad_shim_setting_fails(make):
     _, checks, code = run(make(env={"ASCEND_SHIM_BACKEND": "gpu"}))
     assert one(checks, "settings").verdict == "FAIL" and code == 1
+
+
+def test_real_layer_asked_for_but_not_prepared_fails_with_the_fix(make, monkeypatch):
+    import ascend_shim.real_layer
+
+    monkeypatch.setattr(ascend_shim.real_layer, "find_prepared", lambda version=None: None)
+    _, checks, code = run(make(env={"ASCEND_SHIM_SIM_LAYER": "real"}, simulate=True))
+    layer = one(checks, "sim-layer")
+    assert layer.verdict == "FAIL" and "is not prepared" in layer.message and code == 1
+    assert "fetch-torch-npu" in layer.fix
 
 
 def test_main_json_and_text(make, capsys):

@@ -1,5 +1,6 @@
 """FA2 training API (flash_attn_func / varlen / packed / private) against the independent reference, on npu."""
 import inspect
+import itertools
 
 import pytest
 import torch
@@ -49,7 +50,7 @@ def test_flash_attn_func_matches_reference(fa, dtype, case):
     reflp, glp = _ref_fwd_bwd(q, k, v, dout, False, causal=causal, window=window)
     assert out.shape == q.shape and out.dtype == q.dtype and out.device.type == "npu"
     assert_close_fa(out, ref32, reflp, "out")
-    for name, g, r32, rlp in zip(("dq", "dk", "dv"), grads, g32, glp):
+    for name, g, r32, rlp in zip(("dq", "dk", "dv"), grads, g32, glp, strict=True):
         assert_close_fa(g, r32, rlp, name)
 
 
@@ -88,7 +89,8 @@ def test_dropout_is_keep_prob_and_eval_is_exact(fa, monkeypatch):
 
     seen = []
     real = torch_npu.npu_fusion_attention
-    monkeypatch.setattr(torch_npu, "npu_fusion_attention", lambda *a, **kw: seen.append(kw["keep_prob"]) or real(*a, **kw))
+    monkeypatch.setattr(torch_npu, "npu_fusion_attention",
+                        lambda *a, **kw: seen.append(kw["keep_prob"]) or real(*a, **kw))
     q, k, v, _ = _inputs(1, 8, 8, 2, 2, 16, torch.float16, seed=4)
     drop = fa.flash_attn_func(q.npu(), k.npu(), v.npu(), dropout_p=0.25)
     exact = fa.flash_attn_func(q.npu(), k.npu(), v.npu(), dropout_p=0.0)
@@ -103,7 +105,7 @@ def test_softcap_falls_back_exactly_and_is_reported(fa):
     ref32, g32 = _ref_fwd_bwd(q, k, v, dout, True, causal=True, softcap=2.0)
     reflp, glp = _ref_fwd_bwd(q, k, v, dout, False, causal=True, softcap=2.0)
     assert_close_fa(out, ref32, reflp, "softcap out")
-    for g, r32, rlp in zip(grads, g32, glp):
+    for g, r32, rlp in zip(grads, g32, glp, strict=True):
         assert_close_fa(g, r32, rlp, "softcap grad")
     assert any("softcap" in e["detail"] for e in fallbacks("flash_attn_func"))
 
@@ -117,7 +119,7 @@ def test_alibi(fa, dtype):
     ref32, g32 = _ref_fwd_bwd(q, k, v, dout, True, causal=True, alibi=slopes)
     reflp, glp = _ref_fwd_bwd(q, k, v, dout, False, causal=True, alibi=slopes)
     assert_close_fa(out, ref32, reflp, "alibi out", atol=3e-3)
-    for g, r32, rlp in zip(grads, g32, glp):
+    for g, r32, rlp in zip(grads, g32, glp, strict=True):
         assert_close_fa(g, r32, rlp, "alibi grad", atol=3e-3)
 
 
@@ -135,7 +137,7 @@ def _varlen_ref(q, k, v, dout, cq, ck, upcast, **kw):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
         o, g = _ref_fwd_bwd(q[qs][None], k[ks][None], v[ks][None], dout[qs][None], upcast, **kw)
         outs.append(o[0])
-        for acc, part, s in zip(grads, g, (qs, ks, ks)):
+        for acc, part, s in zip(grads, g, (qs, ks, ks), strict=True):
             acc[s] = part[0].float()
     return torch.cat(outs), grads
 
@@ -153,7 +155,7 @@ def test_varlen_uneven_lengths(fa, dtype, causal, window):
     ref32, g32 = _varlen_ref(q, k, v, dout, cql, ckl, True, causal=causal, window=window)
     reflp, glp = _varlen_ref(q, k, v, dout, cql, ckl, False, causal=causal, window=window)
     assert_close_fa(out, ref32, reflp, "varlen out")
-    for name, t, r32, rlp in zip(("dq", "dk", "dv"), leaves, g32, glp):
+    for name, t, r32, rlp in zip(("dq", "dk", "dv"), leaves, g32, glp, strict=True):
         assert_close_fa(t.grad, r32, rlp, name)
 
 
@@ -175,7 +177,7 @@ def test_varlen_packed_and_lse(fa):
     qkv = torch.stack([q, k, v], dim=1).npu()
     out, lse, _ = fa.flash_attn_varlen_qkvpacked_func(qkv, cu.npu(), 7, causal=True, return_attn_probs=True)
     ref_lse = torch.cat([ref_attention(q[a:b][None], k[a:b][None], v[a:b][None], causal=True)[1][0]
-                         for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())], dim=1)
+                         for a, b in itertools.pairwise(cu.tolist())], dim=1)
     torch.testing.assert_close(lse.cpu(), ref_lse, atol=2e-3, rtol=1e-3)
     out2 = fa.flash_attn_varlen_kvpacked_func(q.npu(), torch.stack([k, v], 1).npu(), cu.npu(), cu.npu(), 7, 7,
                                               causal=True)
@@ -226,7 +228,7 @@ def test_private_varlen_forward_backward(fa, causal):
     reflp, glp = _varlen_ref(q, k, v, dout, cq.tolist(), ck.tolist(), False, causal=causal)
     assert s_dmask is None and lse.shape == (4, 11) and softmax_d.shape == (4, 11)
     assert_close_fa(out, ref32, reflp)
-    for g, r32, rlp in zip((dq, dk, dv), g32, glp):  # written in place
+    for g, r32, rlp in zip((dq, dk, dv), g32, glp, strict=True):  # written in place
         assert_close_fa(g, r32, rlp)
 
 
@@ -241,7 +243,7 @@ def test_private_dense_forward_backward(fa):
     ref32, g32 = _ref_fwd_bwd(q, k, v, dout, True, causal=True, scale=0.2)
     reflp, glp = _ref_fwd_bwd(q, k, v, dout, False, causal=True, scale=0.2)
     assert_close_fa(out, ref32, reflp)
-    for g, r32, rlp in zip((dq, dk, dv), g32, glp):
+    for g, r32, rlp in zip((dq, dk, dv), g32, glp, strict=True):
         assert_close_fa(g, r32, rlp)
 
 

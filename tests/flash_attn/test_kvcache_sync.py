@@ -302,7 +302,8 @@ def test_prefill_with_device_lengths_reads_nothing_and_matches(fa, causal, windo
     held = [5, 11]
     keys = torch.randn(B, cap, Hk, D, dtype=dt)
     vals = torch.randn(B, cap, Hk, D, dtype=dt)
-    q, k, v = torch.randn(B, Sq, H, D, dtype=dt), torch.randn(B, Sq, Hk, D, dtype=dt), torch.randn(B, Sq, Hk, D, dtype=dt)
+    q = torch.randn(B, Sq, H, D, dtype=dt)
+    k, v = torch.randn(B, Sq, Hk, D, dtype=dt), torch.randn(B, Sq, Hk, D, dtype=dt)
     with torch.inference_mode():
         kc, vc = keys.clone().npu(), vals.clone().npu()
         seqlens = torch.tensor(held, dtype=torch.int32, device="npu")

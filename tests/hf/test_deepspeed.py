@@ -3,7 +3,8 @@
 Exercised: accelerator selection (``get_accelerator()`` -> ``NPU_Accelerator``, which needs ``torch_npu``: the
 emulator provides it), and a CUDA user's ``deepspeed.init_distributed(dist_backend="nccl")`` ending on hccl
 (single process, world size 1). Not exercised: NPU op builders (CANN compilation), ZeRO / engine training.
-CI installs it with the README test command: DS_BUILD_OPS=0 pip install --no-deps --no-build-isolation -r tests/requirements-nodeps.txt
+CI installs it with the README test command:
+DS_BUILD_OPS=0 pip install --no-deps --no-build-isolation -r tests/requirements-nodeps.txt
 """
 import importlib.util
 import os
@@ -15,6 +16,8 @@ import pytest
 
 from ascend_shim import callers, versions
 from ascend_shim.report import REPORT
+
+from tests.subprocess_env import shim_free_env
 
 PIP = "DS_BUILD_OPS=0 pip install --no-deps --no-build-isolation -r tests/requirements-nodeps.txt"
 
@@ -90,7 +93,7 @@ def test_cuda_user_gets_the_npu_accelerator_and_hccl(tmp_path):
         port = s.getsockname()[1]
     script = tmp_path / "ds_user.py"
     script.write_text(USER_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_SHIM", "DS_ACCELERATOR")) or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env("DS_ACCELERATOR")
     env.pop("ASCEND_HOME_PATH", None)  # no CANN here: deepspeed's NPU op builder must not KeyError on it
     env["TEST_PORT"] = str(port)
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)

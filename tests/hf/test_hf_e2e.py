@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 pytest.importorskip("datasets")
@@ -27,7 +29,7 @@ def free_port():
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_DISABLED="true",
                TOKENIZERS_PARALLELISM="false", **extra)
     return env

@@ -8,6 +8,8 @@ import types
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ASSETS = os.path.join(os.path.dirname(__file__), "scripts", "tiny_trl_assets.py")
 CHECK = 'args.distributed_state.distributed_type in ["MULTI_GPU", "DEEPSPEED"]'
@@ -48,7 +50,7 @@ def _trl_script(name):
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(PYTHONPATH=REPO, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **extra)
     return env
 

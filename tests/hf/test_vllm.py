@@ -17,7 +17,6 @@ import textwrap
 
 import pytest
 
-import ascend_shim
 from ascend_shim import versions
 from ascend_shim.errors import ShimError, UnsupportedOnNPUError
 from ascend_shim.report import REPORT
@@ -32,14 +31,14 @@ def _require_vllm():
 
 def _fake_pairing(monkeypatch):
     """vllm-ascend of vllm's release line, registered; torch_npu on torch's base version."""
-    import ascend_shim.patches.vllm as pv
+    import ascend_shim.providers.vllm as pv
 
     real = versions.installed_version
     vl = real("vllm")
     fake = {"vllm-ascend": vl + "rc1" if vl else None, "torch-npu": real("torch").split("+")[0]}
     monkeypatch.setattr(versions, "installed_version", lambda d: fake[d] if d in fake else real(d))
     monkeypatch.setattr(pv, "_ascend_plugin_registered", lambda: True)
-    monkeypatch.setattr(pv, "_requires_of", lambda dist: [])
+    monkeypatch.setattr(versions, "requirements_of", lambda dist: [])
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
 
 
@@ -76,7 +75,7 @@ def _events(api_part):
 
 # -- the pairing rules (no vllm needed) ---------------------------------------------------------------------
 def test_pairing_rules():
-    from ascend_shim.patches.vllm import check_pairing, pairing_problems
+    from ascend_shim.providers.vllm import check_pairing, pairing_problems
 
     good = {"vllm": "0.13.0", "vllm-ascend": "0.13.0rc1", "torch": "2.8.0", "torch-npu": "2.8.0.post2",
             "numpy": "1.26.4"}
@@ -102,7 +101,7 @@ def test_pairing_rules():
 
 def test_translation_on_plain_kwargs():
     """The translation itself, on the keyword names vLLM's CLI produces (no vllm needed)."""
-    from ascend_shim.patches.vllm import translate_engine_args
+    from ascend_shim.providers.vllm import translate_engine_args
 
     fields = {"model", "device", "kv_cache_dtype", "quantization", "enforce_eager", "weight_transfer_config"}
     kw = {"model": "m", "device": "cuda:0", "kv_cache_dtype": "fp8_e5m2", "weight_transfer_config": {"backend": "ipc"}}
@@ -209,7 +208,7 @@ def test_without_the_shim_vllm_keeps_the_cuda_values(monkeypatch):
 
 CHILD = textwrap.dedent("""
     import json, os, sys
-    import ascend_shim, ascend_shim.patches.vllm as pv
+    import ascend_shim, ascend_shim.providers.vllm as pv
     assert ascend_shim.is_active(), "the bootstrap did not activate the shim in the child"
     pv.platform_problems = lambda: ([], [])  # vllm-ascend stands in (not installable here)
     import vllm.platforms as vp
@@ -228,6 +227,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_server_child_comes_up_translated_on_its_own_card(clean_shim, monkeypatch, tmp_path):
     """AReaL / TRL start each vLLM server as a child with its own CUDA_VISIBLE_DEVICES and os.environ.copy():
     the child must be activated and see ASCEND_RT_VISIBLE_DEVICES for *its* card, not the parent's list."""

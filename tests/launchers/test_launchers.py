@@ -13,11 +13,13 @@ import textwrap
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
 
 def _env(extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": FIXTURES})
     env.update(extra or {})
     return env

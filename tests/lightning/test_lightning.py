@@ -11,13 +11,15 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 pytest.importorskip("lightning")
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "boring.py")
 
 
 def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(PL_DISABLE_FORK="1", PYTHONWARNINGS="ignore")
     return env
 
@@ -36,6 +38,7 @@ def run(tmp_path, runs, devices, *, shim=True):
     return results, reports
 
 
+@pytest.mark.slow
 def test_trainer_gpu_cuda_auto_and_fabric_on_one_npu_equal_the_cpu(tmp_path):
     (cpu,), _ = run(tmp_path, "trainer:cpu,fabric:cpu", 1, shim=False)
     (npu,), (report,) = run(tmp_path, "trainer:gpu,trainer:cuda,trainer:auto,fabric:cuda", 1)

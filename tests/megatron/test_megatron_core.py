@@ -16,6 +16,8 @@ import textwrap
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 pytest.importorskip("megatron.core")
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "mcore_tp.py")
@@ -28,7 +30,7 @@ def _free_port():
 
 
 def _run(tmp_path, nproc):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     out, report = tmp_path / f"tp{nproc}", tmp_path / f"report{nproc}.json"
     launch = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(_free_port())]
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", "--report", str(report), *launch,

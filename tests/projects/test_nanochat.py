@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "nanochat_like")
 NO_KERNELS = os.path.join(FIXTURE, "no_kernels")
@@ -21,9 +23,7 @@ FA3 = "ascend_shim.providers.flash_attn.fa3"
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ASCEND_SHIM", "NANOCHAT_", "PYTORCH_", "TORCHDYNAMO", "RANK", "WORLD_SIZE"))
-           or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env("NANOCHAT_", "PYTORCH_", "TORCHDYNAMO", "RANK", "WORLD_SIZE")
     env.pop("PYTHONPATH", None)
     env.update({k: v for k, v in extra.items() if v is not None})
     return env
@@ -83,7 +83,8 @@ def test_seed_command_single_process_matches_cpu(tmp_path):
     assert {e["api"] for e in report["events"] if e["category"] == "fallback"} >= {"torch.compile"}
     # the same training as plain CPU torch (bf16 SDPA there, bf16 NPU fused attention here)
     assert npu["finite"] and len(npu["losses"]) == len(cpu["losses"]) == 4
-    assert max(abs(a - b) for a, b in zip(npu["losses"], cpu["losses"])) < 2e-2, (npu["losses"], cpu["losses"])
+    diff = max(abs(a - b) for a, b in zip(npu["losses"], cpu["losses"], strict=True))
+    assert diff < 2e-2, (npu["losses"], cpu["losses"])
     _check_generation(npu, cpu)
 
 
@@ -110,7 +111,7 @@ def test_torchrun_two_processes_fp16_matches_cpu(tmp_path):
         assert r["fa3"] == FA3 and r["use_fa3"] is False  # FA3 is bf16-only in nanochat: fp16 keeps SDPA
     assert results[0]["losses"] == results[1]["losses"]
     # AVG over 2 ranks == the mean over 2 micro-batches in one CPU process
-    diff = max(abs(a - b) for a, b in zip(results[0]["losses"], cpu["losses"]))
+    diff = max(abs(a - b) for a, b in zip(results[0]["losses"], cpu["losses"], strict=True))
     assert diff < 2e-2, (results[0]["losses"], cpu["losses"])
     rank0 = json.loads((tmp_path / "report.rank0.json").read_text())
     assert rank0["patches"]["nanochat.fa3"]["status"] == "applied"
@@ -147,7 +148,8 @@ def test_chat_web_worker_per_device_streams_like_cpu(tmp_path):
     # teacher-forced logits: bit-identical across the four devices, close to CPU bf16 SDPA
     first = npu["forced_logits"][0]
     assert all(f == first for f in npu["forced_logits"])
-    err = max(abs(a - b) for step, ref in zip(first, cpu["forced_logits"][0]) for a, b in zip(step, ref))
+    err = max(abs(a - b) for step, ref in zip(first, cpu["forced_logits"][0], strict=True)
+              for a, b in zip(step, ref, strict=True))
     assert err < 5e-2, err
 
 
@@ -173,7 +175,7 @@ def test_import_time_capability_and_peak_flops(nanochat_like, clean_shim):
     import torch
     from nanochat import common
 
-    assert common.COMPUTE_DTYPE == torch.bfloat16
+    assert torch.bfloat16 == common.COMPUTE_DTYPE
     assert common.get_peak_flops(torch.cuda.get_device_name(0)) == 354e12
     assert common.get_peak_flops("Ascend910_9392") == 354e12
     assert common.get_peak_flops("Ascend910ProB") == 256e12
@@ -182,11 +184,11 @@ def test_import_time_capability_and_peak_flops(nanochat_like, clean_shim):
 
 
 def test_device_type_npu_argument():
-    from ascend_shim.patches.nanochat import _translate_device_type_args
+    from ascend_shim.providers.nanochat import device_type_changes
 
-    assert _translate_device_type_args(["x.py", "--device-type=npu", "--depth=2"]) == [(1, "--device-type=cuda")]
-    assert _translate_device_type_args(["x.py", "--device-type", "npu"]) == [(2, "cuda")]
-    assert _translate_device_type_args(["x.py", "--device-type=cpu", "--run", "npu"]) == []
+    assert device_type_changes(["x.py", "--device-type=npu", "--depth=2"]) == [(1, "--device-type=cuda")]
+    assert device_type_changes(["x.py", "--device-type", "npu"]) == [(2, "cuda")]
+    assert device_type_changes(["x.py", "--device-type=cpu", "--run", "npu"]) == []
 
 
 def test_kernels_hub_answered_locally(clean_shim, monkeypatch):

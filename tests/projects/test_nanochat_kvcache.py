@@ -1,6 +1,7 @@
 """nanochat.kvcache_host_position: the KV cache position answered from the host, never stale."""
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -82,7 +83,7 @@ def test_another_writer_in_the_source_skips_the_patch(clean_shim, monkeypatch, t
     package = tmp_path / "nanochat"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    source = open(os.path.join(FIXTURE, "nanochat", "engine.py")).read()
+    source = Path(FIXTURE, "nanochat", "engine.py").read_text()
     (package / "engine.py").write_text(source + "\n\ndef rewind(cache):\n    cache.cache_seqlens -= 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "nanochat" or m.startswith("nanochat.")]:

@@ -9,12 +9,14 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "realhf_like")
 
 
 def run_fixture(*extra, args=()):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env["PYTHONPATH"] = FIXTURE
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", *extra,
                            os.path.join(FIXTURE, "run_realhf.py"), *args],
@@ -24,7 +26,7 @@ def run_fixture(*extra, args=()):
 
 def result(proc):
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
 
 

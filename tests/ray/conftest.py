@@ -1,16 +1,18 @@
 """A local Ray cluster on 127.0.0.1 started on its own (``ray start --head``), with or without the shim, and
 stopped by the test: only the processes of this cluster (found by its own temp dir) are ended."""
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 from ascend_shim.activation import BOOTSTRAP_DIR
+
+from tests.subprocess_env import shim_free_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,8 +25,8 @@ def free_port() -> int:
 
 def clean_env(**extra) -> dict:
     """The environment without any activation (the test runner's own is not inherited)."""
-    env = {k: v for k, v in os.environ.items()
-           if (not k.startswith(("ASCEND_SHIM", "RAY_")) or k == "ASCEND_SHIM_SIM_LAYER") and k != "PYTHONPATH"}
+    env = shim_free_env("RAY_")
+    env.pop("PYTHONPATH", None)
     # a private 127.0.0.1 cluster: no auth token (the token file in the home directory is shared by every cluster
     # started on this machine, so a cluster started meanwhile elsewhere would lock this test's driver out)
     env.update({"PYTHONPATH": REPO, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
@@ -59,16 +61,12 @@ def _stop(temp_dir: str) -> None:
         except psutil.Error:
             pass
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):  # already gone
             proc.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=15)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
 
 
 @pytest.fixture

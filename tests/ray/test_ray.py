@@ -50,34 +50,34 @@ def cpu_losses():
 
 # -- fast: what ray.init and the workers get ----------------------------------------------------------------
 def test_runtime_env_is_merged_with_the_users_never_replacing_it(clean_shim):
-    from ascend_shim.patches import ray as ray_patch
+    from ascend_shim.providers import ray as ray_provider
 
-    assert ray_patch.merge_runtime_env({"pip": ["x"]}) == {"pip": ["x"]}  # not active: untouched
+    assert ray_provider.merge_runtime_env({"pip": ["x"]}) == {"pip": ["x"]}  # not active: untouched
     clean_shim.activate("sim")
     user = {"env_vars": {"USER_VAR": "1", "ASCEND_SHIM_LOG": "debug"}, "pip": ["x"]}
-    merged = ray_patch.merge_runtime_env(user)
+    merged = ray_provider.merge_runtime_env(user)
     assert user == {"env_vars": {"USER_VAR": "1", "ASCEND_SHIM_LOG": "debug"}, "pip": ["x"]}  # not mutated
     assert merged["pip"] == ["x"] and merged["env_vars"]["USER_VAR"] == "1"
     assert merged["env_vars"]["ASCEND_SHIM"] == "1" and merged["env_vars"]["ASCEND_SHIM_BACKEND"] == "sim"
     assert merged["env_vars"]["ASCEND_SHIM_LOG"] == "debug"  # the user's value wins
-    assert merged["worker_process_setup_hook"] == ray_patch.SETUP_HOOK
-    assert ray_patch.merge_runtime_env(None)["worker_process_setup_hook"] == ray_patch.SETUP_HOOK
+    assert merged["worker_process_setup_hook"] == ray_provider.SETUP_HOOK
+    assert ray_provider.merge_runtime_env(None)["worker_process_setup_hook"] == ray_provider.SETUP_HOOK
 
 
 def test_a_users_setup_hook_runs_after_activation(clean_shim, monkeypatch):
-    from ascend_shim.patches import ray as ray_patch
+    from ascend_shim.providers import ray as ray_provider
 
     clean_shim.activate("sim")
-    real_activate_worker, calls = ray_patch.activate_worker, []
-    monkeypatch.setattr(ray_patch, "activate_worker", lambda: calls.append("shim"))
-    hook = ray_patch.merge_runtime_env({"worker_process_setup_hook": lambda: calls.append("user")})
+    real_activate_worker, calls = ray_provider.activate_worker, []
+    monkeypatch.setattr(ray_provider, "activate_worker", lambda: calls.append("shim"))
+    hook = ray_provider.merge_runtime_env({"worker_process_setup_hook": lambda: calls.append("user")})
     hook["worker_process_setup_hook"]()
     assert calls == ["shim", "user"]
     # a module path (the only form Ray Jobs accept) travels as a variable and runs after activation
-    named = ray_patch.merge_runtime_env({"worker_process_setup_hook": "tests.ray.user_hook.mark"})
-    assert named["worker_process_setup_hook"] == ray_patch.SETUP_HOOK
-    assert named["env_vars"][ray_patch.USER_HOOK_VAR] == "tests.ray.user_hook.mark"
-    monkeypatch.setenv(ray_patch.USER_HOOK_VAR, "tests.ray.user_hook.mark")
+    named = ray_provider.merge_runtime_env({"worker_process_setup_hook": "tests.ray.user_hook.mark"})
+    assert named["worker_process_setup_hook"] == ray_provider.SETUP_HOOK
+    assert named["env_vars"][ray_provider.USER_HOOK_VAR] == "tests.ray.user_hook.mark"
+    monkeypatch.setenv(ray_provider.USER_HOOK_VAR, "tests.ray.user_hook.mark")
     monkeypatch.delenv("USER_HOOK_RAN", raising=False)
     real_activate_worker()
     assert os.environ.get("USER_HOOK_RAN") == "1"
@@ -86,7 +86,7 @@ def test_a_users_setup_hook_runs_after_activation(clean_shim, monkeypatch):
 def test_job_submission_carries_the_activation(clean_shim, monkeypatch):
     from ray.job_submission import JobSubmissionClient
 
-    from ascend_shim.patches import ray as ray_patch
+    from ascend_shim.providers import ray as ray_provider
 
     clean_shim.activate("sim")
     sent = {}
@@ -104,7 +104,7 @@ def test_job_submission_carries_the_activation(clean_shim, monkeypatch):
         client.submit_job(entrypoint="python -m ascend_shim run job.py",
                           runtime_env={"env_vars": {"USER_VAR": "1"}})
     env = sent["runtime_env"]
-    assert env["worker_process_setup_hook"] == ray_patch.SETUP_HOOK
+    assert env["worker_process_setup_hook"] == ray_provider.SETUP_HOOK
     assert env["env_vars"]["USER_VAR"] == "1" and env["env_vars"]["ASCEND_SHIM"] == "1"
 
 

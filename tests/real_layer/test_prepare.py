@@ -58,7 +58,8 @@ def test_a_prepared_wheel_keeps_the_python_and_leaves_out_native_code(tmp_path, 
     assert meta["npu_schemas"] == ["npu_change_data_ptr(Tensor dst, Tensor src, int index) -> int",
                                    "npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)"]
     assert meta["aten_kernels"] == ["_thnn_fused_gru_cell", "add.Tensor", "as_strided_", "clone", "npu_rms_norm"]
-    assert (where / "cann" / "opp").is_dir() and "version=" in (where / "cann" / "ascend_toolkit_install.info").read_text()
+    assert (where / "cann" / "opp").is_dir()
+    assert "version=" in (where / "cann" / "ascend_toolkit_install.info").read_text()
     assert loader.find_prepared("9.9.0") == where
 
 
@@ -75,9 +76,10 @@ def test_a_prepared_package_others_can_write_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("ASCEND_SHIM_TORCH_NPU_DIR", str(tmp_path / "cache"))
     where = prepare.prepare(_wheel(tmp_path / "w.whl"))
     os.chmod(where / "site" / "torch_npu", 0o777)
+    before = loader.enabled_site()  # the real-layer lane has enabled the prepared package at start-up
     with pytest.raises(ConfigError, match="not safe to import from"):
         loader.enable(where)
-    assert loader.enabled_site() is None
+    assert loader.enabled_site() == before != str(where / "site")
 
 
 def test_the_yaml_reader_reads_the_wheels_yaml_as_yaml_does(prepared):
@@ -98,3 +100,13 @@ def test_a_plain_python_never_sees_the_prepared_package(prepared):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["None", "False", "[]"]
+
+
+def test_activation_on_a_package_no_longer_prepared_says_so(monkeypatch):
+    """The layer was chosen while the package was prepared; removed before activation put it in place."""
+    from ascend_shim import backend, real_layer
+
+    monkeypatch.setattr(real_layer, "find_prepared", lambda version=None: None)
+    with pytest.raises(ConfigError, match="no longer prepared; run `python -m ascend_shim fetch-torch-npu`"):
+        backend.prepare("sim", "real")
+    assert loader.enabled_site() is None

@@ -1,5 +1,6 @@
 """Hugging Face trainers on Huawei's torch_npu Python: TRL's own ``sft.py`` with ``flash_attention_2`` (transformers'
-own NPU path onto torch_npu's fused attention) trains with the losses of the builtin layer and of a CPU run; the HF ``Trainer`` under torchrun x2 over hccl trains as on the builtin layer."""
+own NPU path onto torch_npu's fused attention) trains with the losses of the builtin layer and of a CPU run; the HF
+``Trainer`` under torchrun x2 over hccl trains as on the builtin layer."""
 import os
 import re
 import subprocess

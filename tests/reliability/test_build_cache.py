@@ -25,6 +25,8 @@ import pytest
 from ascend_shim.errors import ShimError
 from ascend_shim.sim import _extension
 
+from tests.subprocess_env import shim_free_env
+
 REPO = Path(__file__).resolve().parents[2]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting a file owned by another user needs root")
 
@@ -302,7 +304,7 @@ def test_a_truncated_so_in_a_new_process_is_rebuilt_not_a_crash(probe, tmp_path)
 def _hold_lock(entry: Path):
     import fcntl
 
-    fh = open(entry.parent / f"{entry.name}.lock", "a+")
+    fh = open(entry.parent / f"{entry.name}.lock", "a+")  # noqa: SIM115  (held: the caller closes it to unlock)
     fcntl.flock(fh, fcntl.LOCK_EX)
     fh.seek(0), fh.truncate(), fh.write(f"{os.getpid()}\n"), fh.flush()
     return fh
@@ -338,17 +340,18 @@ def test_a_wait_for_a_stuck_build_says_what_it_waits_for_and_gives_up(probe, mon
     assert len(lines) == 1 and f"waiting for process {os.getpid()}" in lines[0] and str(lock) in lines[0], lines
 
 
+@pytest.mark.slow
 def test_two_processes_on_an_empty_cache_one_builds_the_other_waits_saying_so_then_loads(probe, tmp_path):
     name, so, entry = probe
     log_file = tmp_path / "builds.log"
     procs = [_new_process(name, entry, so, delay=5, log=log_file) for _ in range(2)]  # a build that takes a while
     results = [p.communicate(timeout=120) for p in procs]
-    for proc, (out, err) in zip(procs, results):
+    for proc, (out, err) in zip(procs, results, strict=True):
         assert proc.returncode == 0, err[-2000:]
         assert out.strip() == f"OK {name} True"
     builder = int(log_file.read_text().split()[1])
     assert log_file.read_text().count("build") == 1  # one build ran
-    waiter_err = [err for proc, (out, err) in zip(procs, results) if proc.pid != builder][0]
+    waiter_err = [err for proc, (out, err) in zip(procs, results, strict=True) if proc.pid != builder][0]
     lock = entry.parent / f"{entry.name}.lock"
     assert f"waiting for process {builder} to finish building the emulator's {name} (lock {lock}" in waiter_err
 
@@ -359,7 +362,7 @@ def test_an_unusable_cache_location_is_one_line_naming_the_variable(tmp_path):
     blocker.write_text("")
     script = tmp_path / "train.py"
     script.write_text("print('ran')\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(PYTHONPATH=str(REPO), ASCEND_SHIM_SIM_BUILD_DIR=str(blocker / "cache"))
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", str(script)], env=env,
                           capture_output=True, text=True, timeout=300, cwd=str(tmp_path))

@@ -23,6 +23,8 @@ from ascend_shim.config import Config
 from ascend_shim.errors import ConfigError
 from ascend_shim.report import REPORT
 
+from tests.subprocess_env import shim_free_env
+
 SAVE_LINE = "torch.save(state, path)"
 
 
@@ -291,7 +293,7 @@ print("OK loaded")
 
 @pytest.mark.slow
 def test_checkpoint_of_a_simulated_run_opens_with_plain_torch_and_back_under_run(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     (tmp_path / "save.py").write_text(SAVE_SCRIPT)
     (tmp_path / "load.py").write_text(LOAD_SCRIPT)
     paths = [str(tmp_path / "ckpt.pt"), str(tmp_path / "legacy.pt")]

@@ -11,9 +11,11 @@ import pytest
 import ascend_shim
 from ascend_shim.errors import ConfigError
 
+from tests.subprocess_env import shim_free_env
+
 
 def run_cli(args, cwd, env=None, timeout=300):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    full = shim_free_env()
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "ascend_shim", *args], cwd=cwd, env=full,
                           capture_output=True, text=True, timeout=timeout)
@@ -89,7 +91,7 @@ def _console_script(tmp_path):
 
 def test_user_traceback_starts_at_the_user_and_is_identical_for_both_entry_points(tmp_path):
     (tmp_path / "uns.py").write_text(UNSUPPORTED)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     as_module = run_cli(["run", "--simulate", "--log-level", "off", "uns.py"], cwd=tmp_path)
     as_script = subprocess.run([_console_script(tmp_path), "run", "--simulate", "--log-level", "off", "uns.py"],
                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -121,7 +123,7 @@ def test_bootstrap_is_silent_where_ascend_shim_is_not_importable(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = 'yes'\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_SHIM", "PYTHON")) or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env("PYTHON")
     env.update({"ASCEND_SHIM": "1", "ASCEND_SHIM_BACKEND": "sim", "PYTHONPATH": os.pathsep.join([BOOTSTRAP_DIR,
                                                                                                 str(site)])})
     proc = subprocess.run([str(tmp_path / "bare" / "bin" / "python"), "-c",

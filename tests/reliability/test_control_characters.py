@@ -13,6 +13,8 @@ import pytest
 from ascend_shim import cli
 from ascend_shim.report import Report, format_summary
 
+from tests.subprocess_env import shim_free_env
+
 #: what a hostile name carries: erase the line and go back to its start, a window title, a bidi override, a newline
 HOSTILE = "\x1b[2K\x1b[1G\x1b]0;owned\x07\u202e\r\nfake"
 RAW = ("\x1b", "\x07", "\r", "\u202e")
@@ -24,7 +26,7 @@ def _assert_clean(text: str) -> None:
 
 
 def _scan(repo, *args) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     return subprocess.run([sys.executable, "-m", "ascend_shim", "scan", *args, str(repo)], env=env,
                           capture_output=True, text=True, timeout=120)
 

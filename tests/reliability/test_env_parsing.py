@@ -9,11 +9,13 @@ from ascend_shim import config
 from ascend_shim.activation import BOOTSTRAP_DIR as BOOTSTRAP
 from ascend_shim.errors import ConfigError
 
+from tests.subprocess_env import shim_free_env
+
 BAD_DEVICES = ["1e9", "2x", "100", "65", "0", "-1", "abc", "3.0", "0x4"]
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(extra)
     return env
 

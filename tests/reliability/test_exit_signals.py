@@ -13,11 +13,13 @@ import pytest
 
 from ascend_shim import exit_signals
 
+from tests.subprocess_env import shim_free_env
+
 WAIT = 240  # seconds a process may take to come up (the emulator's first build, a loaded machine)
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update({"OMP_NUM_THREADS": "1"}, **extra)
     return env
 

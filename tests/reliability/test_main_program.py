@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 PROBE = """\
 import sys, torch
 m = sys.modules["__main__"]
@@ -18,7 +20,7 @@ sys.exit(3)
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(extra)
     return env
 

@@ -13,6 +13,8 @@ import pytest
 
 from ascend_shim import registry, versions
 
+from tests.subprocess_env import shim_free_env
+
 FAULTS = {
     "exit_status": "import sys\nsys.exit(3)\n",
     "exit_none": "import sys\nsys.exit()\n",
@@ -25,7 +27,7 @@ from ascend_shim.registry import Patch, PatchSet
 
 PATCH_SETS = [PatchSet(id="shimfault_factory", title="a plug-in whose patch exits")]
 PATCH_SETS[0].add(Patch(id="shimfault_factory.thing", target="shimfault_target:thing", kind="replace",
-                        why="a test", what="exits", remove_when="never", factory=lambda ctx: sys.exit(4)))
+                        why="a test", what="exits", remove_when="never: a test", factory=lambda ctx: sys.exit(4)))
 '''
 
 
@@ -66,7 +68,7 @@ def test_ctrl_c_while_a_plugin_imports_is_not_swallowed(tmp_path, monkeypatch):
 
 def _run(tmp_path, script: str, **env):
     (tmp_path / "main.py").write_text(textwrap.dedent(script))
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    environ = shim_free_env()
     environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])), **env)
     return subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", "main.py"], cwd=tmp_path,
                           env=environ, capture_output=True, text=True, timeout=300)

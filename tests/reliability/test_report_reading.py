@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from .test_scan_report_inputs import _report_cli, _valid
+from tests.subprocess_env import shim_free_env
 
 
 def _one_line(rc: int, out: str, err: str, *needles: str) -> None:
@@ -25,7 +26,7 @@ def _limited_memory():
 
 
 def _report_process(*files, timeout=60) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     try:
         return subprocess.run([sys.executable, "-m", "ascend_shim", "report", *map(str, files)], env=env,
                               capture_output=True, text=True, timeout=timeout, preexec_fn=_limited_memory)

@@ -12,6 +12,8 @@ import pytest
 from ascend_shim.config import Config
 from ascend_shim.report import Report
 
+from tests.subprocess_env import shim_free_env
+
 
 @pytest.fixture
 def root_process(monkeypatch):
@@ -63,7 +65,7 @@ print("child env", os.environ["ASCEND_SHIM_REPORT"])
 @pytest.mark.parametrize("how", ["--report", "ASCEND_SHIM_REPORT"])
 def test_the_report_lands_where_the_run_started_after_a_chdir(tmp_path, how):
     (tmp_path / "train.py").write_text(CHDIR_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     args = [sys.executable, "-m", "ascend_shim", "run", "--simulate"]
     if how == "--report":
         args += ["--report", "r.json"]

@@ -10,9 +10,11 @@ import pytest
 from ascend_shim import config
 from ascend_shim.errors import ConfigError
 
+from tests.subprocess_env import shim_free_env
+
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(extra)
     return env
 

@@ -21,9 +21,9 @@ def npu():
         from ascend_shim import sim
     except ImportError:
         sim = None
-    if not (sim is not None and getattr(sim, "is_installed", lambda: False)()):
-        if torch._C._get_privateuse1_backend_name() != "npu":
-            torch.utils.rename_privateuse1_backend("npu")
+    emulator_installed = sim is not None and getattr(sim, "is_installed", lambda: False)()
+    if not emulator_installed and torch._C._get_privateuse1_backend_name() != "npu":
+        torch.utils.rename_privateuse1_backend("npu")
     assert torch._C._get_privateuse1_backend_name() == "npu"
     return torch.device("npu", 0)
 

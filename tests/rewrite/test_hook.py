@@ -181,29 +181,22 @@ def test_modules_without_sites_load_normally(tree):
         assert not any(k.startswith("__ascend_shim") for k in vars(mod))
 
 
-def test_post_import_hooks_still_run(tree):
-    """Our finder in front of the post-import finder: the real loader inside its wrapper is swapped."""
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-installed-first", "rewrite-installed-first"])
+def test_post_import_hooks_run_for_rewritten_modules(tree, hooks_first):
+    """Whichever is installed first, the post-import finder stands in front and wraps the rewriting loader; the
+    module carries the rewriting loader itself."""
     tree.write(tree.proj, "{p}watched.py", MOD)
     name = tree.p + "watched"
     seen = []
-    hooks.when_imported(name, seen.append)
+    if hooks_first:
+        hooks.when_imported(name, seen.append)
     rewrite.install([str(tree.proj)])
-    assert sys.meta_path.index(rewrite.hook._finder) < sys.meta_path.index(hooks._finder)
-    mod = importlib.import_module(name)
-    assert seen == [mod] and mod.check("npu") is True
-    assert type(mod.__spec__.loader) is RewritingLoader
-
-
-def test_finder_behind_post_import_finder(tree):
-    """The post-import finder in front: it asks the import system again, which reaches our finder."""
-    tree.write(tree.proj, "{p}watched2.py", MOD)
-    name = tree.p + "watched2"
-    seen = []
-    rewrite.install([str(tree.proj)])
-    hooks.when_imported(name, seen.append)  # its finder is now in front of ours
+    if not hooks_first:
+        hooks.when_imported(name, seen.append)
     assert sys.meta_path.index(hooks._finder) < sys.meta_path.index(rewrite.hook._finder)
     mod = importlib.import_module(name)
     assert seen == [mod] and mod.check("npu") is True
+    assert type(mod.__spec__.loader) is RewritingLoader and mod.__loader__ is mod.__spec__.loader
 
 
 def test_run_module_of_a_user_module(tree, capsys):

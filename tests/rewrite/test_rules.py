@@ -400,7 +400,7 @@ f = v.type == "cuda" if False else None
 g = "cpu" == "cuda"
 h = "cuda" != v.type
 '''
-    filename = "<hits-%d>" % id(src)
+    filename = f"<hits-{id(src)}>"
     code, _ = rewrite_source(src, filename)
     exec(code, {"v": npu})
     hits = {e["line"]: e["count"] for e in REPORT.events()

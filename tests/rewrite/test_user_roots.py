@@ -3,13 +3,14 @@ import os
 import site
 import subprocess
 import sys
-import textwrap
 import venv
 
 import pytest
 
 from ascend_shim import rewrite
 from ascend_shim.report import REPORT
+
+from tests.subprocess_env import shim_free_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -86,7 +87,7 @@ def project(tmp_path):
 
 
 def _run(python, proj, **env):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    full = shim_free_env()
     full.update(env)
     full["PYTHONPATH"] = REPO + os.pathsep + full.get("PYTHONPATH", "")
     return subprocess.run([python, "-m", "ascend_shim", "run", "--simulate", "--log-level", "off", "--report",
@@ -132,13 +133,14 @@ def test_submodules_of_packages_left_alone_are_left_to_the_other_finders(tree, m
     fails)."""
     import json
 
-    from ascend_shim import callers
+    from ascend_shim import callers, import_system
     from ascend_shim.rewrite import hook
 
     rewrite.install([])
-    searched, search = [], hook.RewriteFinder._spec_from_others
-    monkeypatch.setattr(hook.RewriteFinder, "_spec_from_others",
-                        lambda self, name, *a: searched.append(name) or search(self, name, *a))
+    searched, search = [], import_system.spec_from_others
+    monkeypatch.setattr(import_system, "spec_from_others",
+                        lambda finder, name, *a: (finder is hook._finder and searched.append(name))
+                        or search(finder, name, *a))
     assert hook._finder.find_spec("json.shimtest_missing", json.__path__) is None
     tree.write(tree.site, "{p}nativepkg/__init__.py", "")
     tree.write(tree.site, "{p}nativepkg/mod.py", "def f(d):\n    return d == 'cuda'\n")

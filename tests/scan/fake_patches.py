@@ -12,7 +12,7 @@ def _factory(ctx):  # pragma: no cover - scan never applies patches
 
 def patch(set_, target, fidelity="exact", covers=(), kind="wrap", id=None):
     return set_.add(Patch(id=id or f"{set_.id}.{target}", target=target, kind=kind, why="test", what="test",
-                          remove_when="never", factory=_factory, fidelity=fidelity, covers=tuple(covers)))
+                          remove_when="never: a test", factory=_factory, fidelity=fidelity, covers=tuple(covers)))
 
 
 def build() -> list[PatchSet]:
@@ -33,8 +33,9 @@ def build() -> list[PatchSet]:
     patch(main, "torch.distributed:init_process_group", covers=("nccl",), id="scantest.init_pg")
     patch(main, "torch.cuda:CUDAGraph", kind="replace", fidelity="unsupported", covers=("cuda-graph",),
           id="scantest.graphs")
-    patch(main, "torch.cuda:graph", kind="replace", id="scantest.graph_ctx")             # exact beats the family
-    patch(main, "pynvml", kind="provide-module", fidelity="neutral", id="scantest.pynvml")  # overrides known-unsupported
+    patch(main, "torch.cuda:graph", kind="replace", id="scantest.graph_ctx")  # exact beats the family
+    # overrides known-unsupported
+    patch(main, "pynvml", kind="provide-module", fidelity="neutral", id="scantest.pynvml")
     # two patches on one key: the best fidelity decides
     patch(main, "torch.cuda:empty_cache", fidelity="unsupported", kind="replace", id="scantest.empty_cache_a")
     patch(main, "torch.cuda:empty_cache", fidelity="exact", kind="wrap", id="scantest.empty_cache_b")

@@ -167,7 +167,8 @@ def test_skipped_dirs_and_unparsable_files(tmp_path):
     ("from torch.utils.cpp_extension import CUDAExtension\n", [(1, "torch.utils.cpp_extension.CUDAExtension")]),
     ("import deepspeed\nfrom deepspeed.ops.adam import FusedAdam\ndeepspeed.initialize()\n",
      [(2, "deepspeed.ops.adam.FusedAdam")]),
-    ("import bitsandbytes as bnb\nopt = bnb.optim.AdamW8bit\n", [(1, "bitsandbytes"), (2, "bitsandbytes.optim.AdamW8bit")]),
+    ("import bitsandbytes as bnb\nopt = bnb.optim.AdamW8bit\n",
+     [(1, "bitsandbytes"), (2, "bitsandbytes.optim.AdamW8bit")]),
     ("def f():\n    '''os.environ['CUDA_VISIBLE_DEVICES'] = 'cuda'  -- docstrings are prose'''\n", []),
 ])
 def test_visitor_cases(source, expected):
@@ -193,7 +194,7 @@ def test_coverage_index_rules():
     from ascend_shim.registry import Patch
 
     def p(id, target, fidelity="exact", covers=(), kind="wrap"):
-        return Patch(id=id, target=target, kind=kind, why="w", what="w", remove_when="w", factory=lambda c: None,
+        return Patch(id=id, target=target, kind=kind, why="w", what="w", remove_when="never: w", factory=lambda c: None,
                      fidelity=fidelity, covers=covers)
 
     idx = CoverageIndex([p("glob", "torch.cuda:x", "fallback", covers=("torch.cuda.*",)),
@@ -247,7 +248,7 @@ def test_cli_text_table_and_summary(cli_env, capsys):
     assert f"{len(EXPECTED)} finding(s) in 3 file(s); 4 .py file(s) scanned" in out
     assert "verdicts: covered 13, fallback 3, neutral 4, unsupported 8, not covered 14" in out
     table = [line.split() for line in out.splitlines() if line.startswith("  ") and not line.startswith("  category")]
-    assert ["fp8", "2"] == table[[r[0] for r in table].index("fp8")][:2]
+    assert table[[r[0] for r in table].index("fp8")][:2] == ["fp8", "2"]
 
 
 def test_cli_exit_codes(cli_env, tmp_path, capsys):

@@ -20,7 +20,7 @@ NEG_BIG = -1e30  # the reference masks with a large finite negative and zeroes e
 FLT_MAX = 3.4028234663852886e38
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _install() -> None:
     import ascend_shim.sim as sim
 
@@ -143,25 +143,29 @@ def ref_attention_bnsd(q, k, v, allowed, scale, pse=None, pse_first=True, keep=N
     kf = k.float().repeat_interleave(g, dim=1)  # query head h uses kv head h // g
     vf = v.float().repeat_interleave(g, dim=1)
     s = q.float() @ kf.transpose(-1, -2)
-    if pse is not None:
-        s = (s + pse.float()) * scale if pse_first else s * scale + pse.float()
-    else:
+    if pse is None:
         s = s * scale
+    elif pse_first:
+        s = (s + pse.float()) * scale
+    else:
+        s = s * scale + pse.float()
     allowed = allowed.expand(s.shape)
     s = s.masked_fill(~allowed, NEG_BIG)
     m = s.max(dim=-1, keepdim=True).values
     e = torch.exp(s - m) * allowed
-    l = e.sum(dim=-1, keepdim=True)
+    row_sum = e.sum(dim=-1, keepdim=True)
     has = allowed.any(dim=-1, keepdim=True)
-    p = torch.where(has, e / torch.where(has, l, torch.ones_like(l)), torch.zeros_like(e)) if empty_rows_zero \
-        else torch.softmax(s, dim=-1)
+    if empty_rows_zero:
+        p = torch.where(has, e / torch.where(has, row_sum, torch.ones_like(row_sum)), torch.zeros_like(e))
+    else:
+        p = torch.softmax(s, dim=-1)
     if keep is not None:
         p = p * keep / keep_prob
     out = p @ vf
     # rows with nothing to attend: the kernel's invalid-row correction writes max=-FLT_MAX, sum=FLT_MAX
     m = torch.where(has, m, torch.full_like(m, -FLT_MAX))
-    l = torch.where(has, l, torch.full_like(l, FLT_MAX))
-    return out, m.squeeze(-1), l.squeeze(-1)
+    row_sum = torch.where(has, row_sum, torch.full_like(row_sum, FLT_MAX))
+    return out, m.squeeze(-1), row_sum.squeeze(-1)
 
 
 def rotate_half(x):

@@ -164,7 +164,7 @@ def test_concurrent_first_builds_serialize_on_the_lock(sim, tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(child)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO) for _ in range(2)]
     outputs = [p.communicate(timeout=120) for p in procs]
-    for proc, (out, err) in zip(procs, outputs):
+    for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
         assert out.strip() == "OK 8"
     lines = log.read_text().split()

@@ -11,6 +11,8 @@ import warnings
 import pytest
 import torch
 
+from tests.subprocess_env import shim_free_env
+
 MiB = 1 << 20
 #: the emulated device's memory: a 910B3's 64 GiB, capped at the host's physical memory
 DEVICE_MEMORY = min(64 << 30, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
@@ -313,18 +315,16 @@ def test_names_of_submodules_exist_and_raise_when_used(qualname):
     with pytest.raises(NotImplementedError, match=f"torch.npu.{name} is not emulated"):
         _call_as_the_real_function_takes_it(obj)
     with pytest.raises(AttributeError):
-        getattr(getattr(torch.npu, module), "no_such_name")
+        _ = getattr(torch.npu, module).no_such_name
 
 
 def test_every_name_of_the_real_module_is_present():
-    from ascend_shim.sim.torch_npu.npu import _unemulated
-
-    assert len(_unemulated.NPU_ALL) == 144 and list(torch.npu.__all__) == list(_unemulated.NPU_ALL)
-    for name in _unemulated.NPU_ALL:
+    assert len(torch.npu.__all__) == len(set(torch.npu.__all__)) == 144
+    for name in torch.npu.__all__:
         assert getattr(torch.npu, name) is not None
-    assert set(torch.npu.unemulated_names()) == set(torch.npu.UNEMULATED)
-    assert {"NPUGraph", "graph", "MemPool"} <= torch.npu.UNEMULATED
-    assert not {"utilization", "mstx", "FloatTensor", "memory_snapshot"} & torch.npu.UNEMULATED
+    unemulated = set(torch.npu.unemulated_names())
+    assert {"NPUGraph", "graph", "MemPool", "set_dump", "npurt", "graph_task_group_begin"} <= unemulated
+    assert not {"utilization", "mstx", "FloatTensor", "memory_snapshot"} & unemulated
 
 
 # ---- names computed on the host -------------------------------------------------------------------------
@@ -351,16 +351,22 @@ def test_typed_tensor_classes():
 
 
 def test_mstx_ranges_return_torch_npu_values():
+    from ascend_shim.sim.torch_npu.npu.mstx import annotate
+
     mstx = torch.npu.mstx
     first, second = mstx.range_start("step"), mstx.range_start("step")
     assert isinstance(first, int) and first > 0 and second != first
     assert mstx.range_end(first) is None and mstx.mark("here") is None
     assert mstx.range_push("outer") == 0 and mstx.range_push("inner") == 1
     assert mstx.range_pop() == 1 and mstx.range_pop() == 0 and mstx.range_pop() == -1
-    with pytest.warns(UserWarning, match="Invalid message"):
+    with pytest.warns(UserWarning, match="Invalid message") as caught:
         assert mstx.range_start("") == 0
-    with pytest.warns(UserWarning, match="Invalid stream"):
+    with pytest.warns(UserWarning, match="Invalid stream") as caught_stream:
         assert mstx.range_start("x", stream="not a stream") == 0
+    with pytest.warns(UserWarning, match="Invalid stream") as caught_annotate, annotate("x", stream="not a stream"):
+        pass
+    # each warning names the caller's line, never the emulator's
+    assert {w.filename for w in (*caught, *caught_stream, *caught_annotate)} == {__file__}
     assert mstx.range_start("on a stream", stream=torch.npu.current_stream()) > 0
 
     @mstx.mstx_range("decorated")
@@ -490,7 +496,7 @@ def test_import_torch_npu_before_torch(tmp_path, mode):
     script = tmp_path / "first.py"
     script.write_text("import torch_npu\nimport torch\nassert torch_npu.npu is torch.npu\n"
                       "print(torch_npu.__version__, torch.ones(2).cuda().device, len(torch.npu.__all__))\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     if mode == "sitecustomize":
         bootstrap = os.path.join(os.path.dirname(ascend_shim.__file__), "bootstrap")
         env.update(ASCEND_SHIM="1", ASCEND_SHIM_BACKEND="sim",
@@ -505,7 +511,7 @@ def test_import_torch_npu_before_torch(tmp_path, mode):
 
 def test_unknown_names_raise_attribute_error():
     with pytest.raises(AttributeError, match="has no attribute 'no_such_api'"):
-        torch.npu.no_such_api
+        _ = torch.npu.no_such_api
     assert not hasattr(torch.npu, "no_such_api")
     assert getattr(torch.npu, "no_such_api", None) is None
 

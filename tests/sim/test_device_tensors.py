@@ -148,7 +148,7 @@ def test_autograd_and_module_to_match_cpu():
     loss_n.backward()
     loss_c.backward()
     assert torch.allclose(loss_n.cpu(), loss_c, atol=1e-6)
-    for pn, pc in zip(model.parameters(), ref.parameters()):
+    for pn, pc in zip(model.parameters(), ref.parameters(), strict=True):
         assert pn.grad.device == pn.device
         assert torch.allclose(pn.grad.cpu(), pc.grad, atol=1e-6)
 
@@ -174,7 +174,7 @@ def test_layers_with_device_specific_kernels_match_cpu(make):
     yc.pow(2).sum().backward()
     assert torch.allclose(yn.cpu(), yc, atol=1e-5)
     assert torch.allclose(xn.grad.cpu(), xc.grad, atol=1e-5)
-    for pn, pc in zip(model.parameters(), ref.parameters()):
+    for pn, pc in zip(model.parameters(), ref.parameters(), strict=True):
         assert torch.allclose(pn.grad.cpu(), pc.grad, atol=1e-5)
 
 
@@ -202,7 +202,7 @@ def test_adamw_updates_match_cpu(kwargs):
             opt.zero_grad()
             m(inp).pow(2).sum().backward()
             opt.step()
-    for pn, pc in zip(model.parameters(), ref.parameters()):
+    for pn, pc in zip(model.parameters(), ref.parameters(), strict=True):
         assert pn.is_npu
         assert torch.allclose(pn.detach().cpu(), pc.detach(), atol=1e-5)
     if kwargs.get("fused"):

@@ -12,6 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.subprocess_env import shim_free_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
@@ -54,7 +56,7 @@ def test_layouts():
 
 @pytest.mark.slow
 def test_dtensor_attention_under_torchrun_matches_cpu():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", "-m", "torch.distributed.run",
            "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),

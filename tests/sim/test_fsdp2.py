@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "fsdp2_tied_gpt.py")
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -27,7 +29,7 @@ def _free_port() -> int:
 
 
 def _run(simulate: bool) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""), GLOO_SOCKET_IFNAME="lo",
                OMP_NUM_THREADS="1")
     torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
@@ -57,5 +59,5 @@ def test_fsdp2_mixed_precision_tied_gpt_matches_cpu_gloo():
     assert "CHECK params_on_device ok npu:0" in npu and "CHECK params_on_device ok cpu" in cpu
     cpu_losses, npu_losses = _losses(cpu), _losses(npu)
     assert len(npu_losses) == len(cpu_losses) == 6
-    for c, n in zip(cpu_losses, npu_losses):
+    for c, n in zip(cpu_losses, npu_losses, strict=True):
         assert n[0] == pytest.approx(c[0], abs=5e-3)  # bf16 all-gathers, reductions in another order

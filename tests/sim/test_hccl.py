@@ -16,6 +16,8 @@ import sys
 import pytest
 import torch
 
+from tests.subprocess_env import shim_free_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "scripts")
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -218,6 +220,20 @@ def test_dtype_and_layout_rejections(one_rank_group):
     assert b.cpu().tolist() == [True, False]
 
 
+def test_tensor_lists_need_dense_not_contiguous(one_rank_group):
+    """check_npu_tensors_same_device asks Tensor::is_non_overlapping_and_dense(): a transposed output is
+    accepted (and written in its logical order); an overlapping one is not."""
+    import torch.distributed as dist
+
+    npu = torch.device("npu")
+    x = torch.arange(6.0, device=npu).reshape(2, 3)
+    out = torch.empty(3, 2, device=npu).t()
+    dist.all_gather([out], x)
+    assert torch.equal(out.cpu(), x.cpu())
+    with pytest.raises(RuntimeError, match="^Tensors must be non-overlapping and dense"):
+        dist.all_gather([torch.empty(2, 1, device=npu).expand(2, 3)], x)
+
+
 def test_compact_error_output(one_rank_group, monkeypatch):
     import torch.distributed as dist
 
@@ -255,7 +271,7 @@ def _free_port() -> int:
 
 
 def _torchrun(script: str, *args: str, env_extra: dict | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["GLOO_SOCKET_IFNAME"] = "lo"
     env["OMP_NUM_THREADS"] = "1"
@@ -297,12 +313,14 @@ def test_avg_default_follows_the_torch_npu_line(npu):
     assert _impl._default_avg_policy() == ("sum_div" if (major, minor) >= (2, 6) else "reject")
 
 
+@pytest.mark.slow
 def test_torchrun_collectives(npu):
     checks = _checks(_torchrun("hccl_collectives.py", env_extra={"ASCEND_SHIM_SIM_HCCL_AVG": "reject"}))
     assert COLLECTIVE_CHECKS | {"reject_AVG_all_reduce", "reject_AVG_reduce_scatter_tensor",
                                 "reject_cpu_tensor_dist"} <= checks, COLLECTIVE_CHECKS - checks
 
 
+@pytest.mark.slow
 def test_torchrun_collectives_mixed_sum_div_host_copies(npu):
     """"cpu:gloo,npu:hccl" (cpu tensors go to gloo), torch_npu >= 2.6's AVG (SUM / size), and the copy
     path used when the device cannot alias npu memory."""
@@ -321,6 +339,7 @@ def test_torchrun_ddp(npu):
             "ddp_weights_moved"} <= checks, checks
 
 
+@pytest.mark.slow
 def test_torchrun_fsdp2(npu):
     """FSDP2 over init_device_mesh("npu", (2,)); the group comes from init_process_group() with no backend."""
     checks = _checks(_torchrun("hccl_train.py", "--mode", "fsdp2", "--init", "none"))

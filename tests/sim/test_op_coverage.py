@@ -98,7 +98,7 @@ def test_the_backward_of_an_npu_kernel_run_as_a_decomposition_stays_silent(cover
     x = torch.randn(2, 4)
     layer(x.to("npu")).sum().backward()
     reference(x).sum().backward()
-    for (name, p), q in zip(layer.named_parameters(), reference.parameters()):
+    for (name, p), q in zip(layer.named_parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(p.grad.cpu(), q.grad, msg=name)
     assert coverage.fallbacks() == [] and "CAUTION" not in capfd.readouterr().err
 

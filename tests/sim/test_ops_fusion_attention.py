@@ -250,7 +250,7 @@ def _varlen_case(dtype, qlens, kvlens, mode, mask_kind=None, pre=2147483647, nxt
     out.backward(S.to_dev(dy))
     stats = smax[..., 0].cpu() if softmax_layout == "TND" else smax.cpu().reshape(Nq, T, 8)[..., 0].t()
     q0 = k0 = 0
-    for sq, skv in zip(qlens, kvlens):
+    for sq, skv in zip(qlens, kvlens, strict=True):
         qs, ks, vs = (t.float().clone().requires_grad_() for t in (q[q0:q0 + sq], k[k0:k0 + skv], v[k0:k0 + skv]))
         if mask_kind == "compressed":
             allowed = S.allowed_matrix(mode, sq, skv, pre, nxt)
@@ -278,7 +278,7 @@ def _varlen_case(dtype, qlens, kvlens, mode, mask_kind=None, pre=2147483647, nxt
 def test_fa_varlen_uneven(dtype, mode, mask_kind, pre, nxt):
     qlens, kvlens = [3, 7, 1, 5], [4, 7, 2, 6]
     numels = _varlen_case(dtype, qlens, kvlens, mode, mask_kind, pre, nxt)
-    assert numels == 4 * sum(a * b for a, b in zip(qlens, kvlens))
+    assert numels == 4 * sum(a * b for a, b in zip(qlens, kvlens, strict=True))
 
 
 def test_fa_varlen_softmax_layout_tnd_and_gqa_mqa():
@@ -294,13 +294,13 @@ def test_fa_varlen_pse_flattened(kind):
     q = torch.randn(8, N, 8, generator=g)
     k = torch.randn(10, N, 8, generator=g)
     v = torch.randn(10, N, 8, generator=g)
-    blocks = [torch.randn(N, a if kind == "bnss" else 1, b, generator=g) for a, b in zip(qlens, kvlens)]
+    blocks = [torch.randn(N, a if kind == "bnss" else 1, b, generator=g) for a, b in zip(qlens, kvlens, strict=True)]
     pse = torch.cat([b.reshape(-1) for b in blocks])
     qd, kd, vd, pd = (S.to_dev(t).requires_grad_() for t in (q, k, v, pse))
     out = fa()(qd, kd, vd, N, "TND", pse=pd, scale=0.5, actual_seq_qlen=[3, 8], actual_seq_kvlen=[4, 10])[0]
     out.sum().backward()
     q0 = k0 = 0
-    for i, (a, b) in enumerate(zip(qlens, kvlens)):
+    for i, (a, b) in enumerate(zip(qlens, kvlens, strict=True)):
         blk = blocks[i].clone().requires_grad_()
         o, _, _ = S.ref_attention_bnsd(q[q0:q0 + a].transpose(0, 1)[None], k[k0:k0 + b].transpose(0, 1)[None],
                                        v[k0:k0 + b].transpose(0, 1)[None], torch.ones(a, b, dtype=torch.bool), 0.5,

@@ -142,7 +142,7 @@ def test_pfa_tnd_varlen():
                 actual_seq_lengths_kv=ck, num_heads=4, num_key_value_heads=2, scale_value=0.25, input_layout="TND",
                 sparse_mode=3)
     q0 = k0 = 0
-    for a, c in zip(qlens, kvlens):
+    for a, c in zip(qlens, kvlens, strict=True):
         r, _ = ref_infer(q[q0:q0 + a].transpose(0, 1)[None], k[k0:k0 + c].transpose(0, 1)[None],
                          v[k0:k0 + c].transpose(0, 1)[None], scale=0.25, mode=3)
         S.close(out[q0:q0 + a].transpose(0, 1)[None], r, torch.float16)
@@ -262,7 +262,7 @@ def test_fia_tnd():
                      sparse_mode=3, softmax_lse_flag=True)
     assert out.shape == (8, 2, 128) and lse.shape == (8, 2, 1)
     q0 = k0 = 0
-    for a, c in zip(qlens, kvlens):
+    for a, c in zip(qlens, kvlens, strict=True):
         r, rl = ref_infer(q[q0:q0 + a].transpose(0, 1)[None], k[k0:k0 + c].transpose(0, 1)[None],
                           v[k0:k0 + c].transpose(0, 1)[None], scale=0.1, mode=3)
         S.close(out[q0:q0 + a].transpose(0, 1)[None], r, torch.bfloat16)

@@ -30,7 +30,7 @@ def _dev(*shape, dtype=torch.float16):
     return torch.randn(*shape, dtype=dtype, device="npu")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _causal_mask():
     return torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1).to("npu")
 
@@ -122,7 +122,7 @@ def test_outputs_and_gradients_equal_the_kernels(case):
     want_out, want_grads = _run(getattr(kernels, name), inputs, rng_state=state, **kwargs)
     got_out, got_grads = _run(getattr(torch_npu, name), inputs, rng_state=state, **kwargs)
     assert len(got_out) == len(want_out) and len(got_grads) == len(want_grads) > 0
-    for a, b in zip(got_out + tuple(got_grads), want_out + tuple(want_grads)):
+    for a, b in zip(got_out + tuple(got_grads), want_out + tuple(want_grads), strict=True):
         assert _same(a, b)
 
 
@@ -288,7 +288,7 @@ def test_torch_compile_of_fusion_attention_with_a_mask_reads_no_device_data_whil
     ref.float().sum().backward()
     torch._dynamo.reset()
     assert torch.equal(out, ref)
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(got, want))
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize("case", ["rms_norm", "swiglu", "rotary_half", "fa_bnsd_pse_dropout"])

@@ -192,17 +192,17 @@ def test_fused_adamw_matches_torch_adamw(dtype, amsgrad):
     g = torch.Generator().manual_seed(1)
     for _ in range(5):
         grads = [torch.randn(p.shape, generator=g).to(dtype) for p in ref]
-        for p, gr in zip(ours, grads):
+        for p, gr in zip(ours, grads, strict=True):
             if p.grad is None:
                 p.grad = S.to_dev(gr)
             else:
                 p.grad.copy_(S.to_dev(gr))  # the combined grads are updated in place, as autograd does
-        for p, gr in zip(ref, grads):
+        for p, gr in zip(ref, grads, strict=True):
             p.grad = gr.clone()
         opt.step()
         ropt.step()
     t = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-3, rtol=2e-3)
-    for p, r in zip(ours, ref):
+    for p, r in zip(ours, ref, strict=True):
         torch.testing.assert_close(p.detach().cpu(), r.detach(), **t)
     assert opt.state[ours[0]]["step"] == 5 and isinstance(opt.state[ours[0]]["step"], int)
 

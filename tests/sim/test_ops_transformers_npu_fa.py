@@ -18,9 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
-import transformers  # noqa: E402  (a test dependency: pyproject extra "test")
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import ascend_shim
 from ascend_shim import binding
 from ascend_shim.binding import DECLARED, KEYWORD_ONLY, Binding, bind, documented_parameters
 from ascend_shim.errors import TargetMissing
-from ascend_shim.patches._wrappers import translate_device
+from ascend_shim.providers.device_wrappers import translate_device
 from ascend_shim.report import REPORT
 
 TARGETS = ("torch.distributed", "torch.distributed.device_mesh", "torch.distributed.fsdp",
@@ -63,7 +63,8 @@ def test_declared_positions_match_the_installed_torch(api, name):
     if shown is not None and shown.source != "declared":
         assert shown.position == DECLARED[api, name]
     if owner is torch:  # C bindings: the device at the declared position, then by name, must be accepted
-        rest = {"set_autocast_dtype": {"dtype": torch.float32}, "set_autocast_enabled": {"enabled": False}}.get(attr, {})
+        rest = {"set_autocast_dtype": {"dtype": torch.float32},
+                "set_autocast_enabled": {"enabled": False}}.get(attr, {})
         by_position = list(rest.values())
         by_position.insert(DECLARED[api, name], "cpu")
         before = torch.get_autocast_dtype("cpu"), torch.is_autocast_enabled("cpu")

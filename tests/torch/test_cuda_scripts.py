@@ -4,7 +4,8 @@ import os
 import subprocess
 import sys
 
-import pytest
+from tests.subprocess_env import shim_free_env
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "cuda_scripts")
@@ -12,7 +13,7 @@ SCRIPTS = os.path.join(HERE, "cuda_scripts")
 
 def run_script(name, tmp_path, *extra):
     report = tmp_path / "report.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", "--report", str(report),
                            *extra, os.path.join(SCRIPTS, name)], capture_output=True, text=True, env=env,
                           timeout=600, cwd=tmp_path)

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import shim_free_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -19,7 +21,7 @@ def free_port():
 @pytest.mark.slow
 def test_torchrun_ddp_nccl_script_runs_on_hccl(tmp_path):
     out, report = tmp_path / "out.json", tmp_path / "report.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", "--report", str(report),
            "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), os.path.join(HERE, "cuda_scripts", "ddp_nccl.py"), str(out)]
@@ -71,7 +73,7 @@ def test_avg_fallback_where_hccl_rejects_avg(tmp_path):
         "from ascend_shim import versions\n_real = versions.installed_version\n"
         "versions.installed_version = lambda d: '2.5.1' if d.replace('-', '_') == 'torch_npu' else _real(d)\n")
     report = tmp_path / "r.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM") or k == "ASCEND_SHIM_SIM_LAYER"}
+    env = shim_free_env()
     env.update(ASCEND_SHIM_SIM_HCCL_AVG="reject", PYTHONPATH=str(site),
                ASCEND_SHIM_PATCH_MODULES="old_torch_npu_dist_sets")
     (site / "old_torch_npu_dist_sets.py").write_text("import old_torch_npu_dist\nPATCH_SETS = []\n")

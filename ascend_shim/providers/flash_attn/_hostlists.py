@@ -66,7 +66,7 @@ def host_lists(*tensors: torch.Tensor) -> list[list[int]]:
         parts = [tensors[i].reshape(-1).to(torch.int64) for i in todo]
         flat = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()  # the one sync
         pos = 0
-        for i, part in zip(todo, parts):
+        for i, part in zip(todo, parts, strict=True):
             values = flat[pos:pos + part.numel()]
             pos += part.numel()
             if not tensors[i].is_inference():

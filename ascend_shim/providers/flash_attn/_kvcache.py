@@ -16,9 +16,9 @@ with an explicit (B, 1, Sq, width) band mask, sparse_mode 0. With host lengths (
 per-batch key lengths go to the op as ``actual_seq_lengths_kv``. Other prompt-path calls (paged, no new keys, a
 larger mask) read them to the host (``_hostlists``: one read per distinct ``cache_seqlens`` tensor version,
 shared by every layer; an inference tensor is read per call) and take sparse_mode 3 (causal) / 4 (band) with the
-compressed mask. Paged caches go to the op as (blocks, page, Hk*D) with ``block_table``. ``softcap``, ALiBi, head dims the prompt path rejects (D % 16) and page sizes it rejects run the
-exact reference (recorded); ``cache_leftpad`` raises UnsupportedOnNPUError; ``num_splits`` is a CUDA scheduling
-hint and has no effect.
+compressed mask. Paged caches go to the op as (blocks, page, Hk*D) with ``block_table``. ``softcap``, ALiBi,
+head dims the prompt path rejects (D % 16) and page sizes it rejects run the exact reference (recorded);
+``cache_leftpad`` raises UnsupportedOnNPUError; ``num_splits`` is a CUDA scheduling hint and has no effect.
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def _lengths(cache_seqlens, batch: int, capacity: int, device, host: bool = True
 
     The host list is None when ``host`` is False and the lengths live on the device: decode never reads them.
     """
+    lens: list[int] | None
     if cache_seqlens is None:
         lens = [capacity] * batch
         return lens, torch.full((batch,), capacity, dtype=torch.long, device=device)
@@ -104,16 +105,17 @@ def _dense_cache(cache, kv_lens, cache_batch_idx, block_table):
     return cache[:, :smax]
 
 
-def _reference_attention(q, k_cache, v_cache, kv_lens, cache_batch_idx, block_table, *, scale, left, right, softcap, alibi):
+def _reference_attention(q, k_cache, v_cache, kv_lens, cache_batch_idx, block_table, *, scale, left, right, softcap,
+                         alibi):
     kc = _dense_cache(k_cache, kv_lens, cache_batch_idx, block_table)
     vc = _dense_cache(v_cache, kv_lens, cache_batch_idx, block_table)
     outs, lses = [], []
     for b, n in enumerate(kv_lens):
         slopes = alibi[b] if alibi is not None and alibi.dim() == 2 else alibi
-        o, l = _reference.attention(q[b:b + 1], kc[b:b + 1, :n], vc[b:b + 1, :n], scale=scale, left=left,
-                                    right=right, softcap=softcap, alibi=slopes)
+        o, lse = _reference.attention(q[b:b + 1], kc[b:b + 1, :n], vc[b:b + 1, :n], scale=scale, left=left,
+                                      right=right, softcap=softcap, alibi=slopes)
         outs.append(o)
-        lses.append(l)
+        lses.append(lse)
     return torch.cat(outs), torch.cat(lses)
 
 

@@ -158,7 +158,8 @@ def plan_dense(q, k, *, scale, causal, window_size, softcap, alibi_slopes) -> Pl
 
 
 def plan_varlen(q, *, q_ends, k_ends, max_seqlen_k, causal, window_size, softcap, alibi_slopes) -> Plan:
-    lens = [(a - pa, b - pb) for a, b, pa, pb in zip(q_ends, k_ends, [0] + q_ends[:-1], [0] + k_ends[:-1])]
+    lens = [(a - pa, b - pb)
+            for a, b, pa, pb in zip(q_ends, k_ends, [0] + q_ends[:-1], [0] + k_ends[:-1], strict=True)]
     max_q = max((a for a, _ in lens), default=0)
     max_k = max((b for _, b in lens), default=0)
     left, right = normalize_window(causal, window_size, int(max_seqlen_k))
@@ -347,12 +348,14 @@ def varlen_reference(q, k, v, q_ends, k_ends, *, scale, plan: Plan, softcap, ali
         lse = torch.full((q.shape[1], q.shape[0]), math.inf, device=q.device)
         pq = pk = 0
         outs, lses, spans = [], [], []
-        for b, (a, c) in enumerate(zip(q_ends, k_ends)):
+        for b, (a, c) in enumerate(zip(q_ends, k_ends, strict=True)):
             if a > pq:
-                o, l = _reference.attention(q[pq:a][None], k[pk:c][None], v[pk:c][None], scale=scale,
-                                            left=plan.left, right=plan.right, softcap=softcap, alibi=alibi[b],
-                                            dropout_p=dropout_p)
-                outs.append(o[0]), lses.append(l[0]), spans.append((pq, a))
+                o, seq_lse = _reference.attention(q[pq:a][None], k[pk:c][None], v[pk:c][None], scale=scale,
+                                                  left=plan.left, right=plan.right, softcap=softcap, alibi=alibi[b],
+                                                  dropout_p=dropout_p)
+                outs.append(o[0])
+                lses.append(seq_lse[0])
+                spans.append((pq, a))
             pq, pk = a, c
         idx = torch.cat([torch.arange(s, e, device=q.device) for s, e in spans])
         return out.index_put((idx,), torch.cat(outs)), lse.t().index_put((idx,), torch.cat(lses, 1).t()).t()

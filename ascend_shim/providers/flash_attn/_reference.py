@@ -77,11 +77,11 @@ def varlen_attention(q, k, v, q_ends: list[int], k_ends: list[int], **kw):
     lse = torch.full((q.shape[1], q.shape[0]), math.inf, dtype=torch.float32, device=q.device)
     outs, lses, spans = [], [], []
     pq = pk = 0
-    for a, b in zip(q_ends, k_ends):
+    for a, b in zip(q_ends, k_ends, strict=True):
         if a > pq:
-            o, l = attention(q[pq:a].unsqueeze(0), k[pk:b].unsqueeze(0), v[pk:b].unsqueeze(0), **kw)
+            o, seq_lse = attention(q[pq:a].unsqueeze(0), k[pk:b].unsqueeze(0), v[pk:b].unsqueeze(0), **kw)
             outs.append(o[0])
-            lses.append(l[0])
+            lses.append(seq_lse[0])
             spans.append((pq, a))
         pq, pk = a, b
     if outs:  # out-of-place assembly keeps autograd simple

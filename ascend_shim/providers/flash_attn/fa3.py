@@ -16,7 +16,6 @@ FA3 has no dropout and no ALiBi. FP8 descaling, ``qv``, ``attention_chunk``, ``s
 """
 from __future__ import annotations
 
-from typing import Optional, Union
 
 import torch
 
@@ -73,7 +72,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
-                            cache_seqlens: Optional[Union[int, torch.Tensor]] = None, cache_batch_idx=None,
+                            cache_seqlens: int | torch.Tensor | None = None, cache_batch_idx=None,
                             cache_leftpad=None, page_table=None, cu_seqlens_q=None, cu_seqlens_k_new=None,
                             max_seqlen_q=None, rotary_seqlens=None, q_descale=None, k_descale=None, v_descale=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,

@@ -27,6 +27,7 @@ Environment:
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from ._impl import AVG_POLICIES, HcclSim, get_avg_policy, host_view, set_avg_policy
@@ -71,10 +72,8 @@ def build(verbose: bool = False):
 
     mod = _extension.load(_extension.HCCL, verbose=verbose)
     if mod.ProcessGroupHCCL.__dict__.get("Options") is not Options:  # not the inherited Backend.Options
-        try:
+        with contextlib.suppress(AttributeError, TypeError):  # a pybind class that refuses it keeps Backend's
             mod.ProcessGroupHCCL.Options = Options
-        except (AttributeError, TypeError):
-            pass
     return mod
 
 
@@ -129,7 +128,7 @@ def register() -> None:
         plugin = dist.Backend._plugins.get("HCCL")
         if plugin is None or getattr(plugin.creator_fn, "__module__", None) != __name__:
             dist.Backend.register_backend("hccl", _make_factory("npu"), extended_api=True, devices=["npu"])
-        dist.is_hccl_available = is_hccl_available
+        dist.is_hccl_available = is_hccl_available  # type: ignore[attr-defined]  # torch_npu adds it to torch
         _registered = True
 
 

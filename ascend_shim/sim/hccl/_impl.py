@@ -16,8 +16,10 @@ device provides it, otherwise a copy to the host and back.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from datetime import timedelta
+from typing import Any
 
 import torch
 from torch._C._distributed_c10d import (
@@ -177,16 +179,19 @@ class _Plan:
         self.op, self.premul, self.divide = op, premul, divide
 
 
-try:
-    from torch._prims_common import is_non_overlapping_and_dense as _non_overlapping_and_dense
-except ImportError:  # pragma: no cover - older torch
-    _non_overlapping_and_dense = None
-
-
 def _is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
-    if _non_overlapping_and_dense is None:
-        return t.is_contiguous()
-    return bool(_non_overlapping_and_dense(t))
+    """``Tensor::is_non_overlapping_and_dense()`` (what HCCL's check reads): some permutation of the dimensions
+    is contiguous. Asked on sizes and strides, as torch's own Python helper (renamed across releases) does."""
+    if t.is_contiguous():
+        return True
+    expected = 1
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.size(d) < 2:  # an empty or single-element dimension has any stride
+            continue
+        if t.stride(d) != expected:
+            return False
+        expected *= t.size(d)
+    return True
 
 
 def _is_contiguous_suggested(t: torch.Tensor) -> bool:
@@ -212,7 +217,8 @@ class HcclSim:
         self.device_type = device_type
         self.group_name = group_name
         self.timeout = timeout
-        self._gloo = ProcessGroupGloo(PrefixStore("ascend_shim_hccl_sim/", store), rank, size, timeout)
+        # Any: torch's .pyi gives ProcessGroupGloo its options only, not the collectives it has; None once closed
+        self._gloo: Any = ProcessGroupGloo(PrefixStore("ascend_shim_hccl_sim/", store), rank, size, timeout)
 
     # ----------------------------------------------------------------- checks (ProcessGroupHCCL.cpp)
     def _is_npu(self, t) -> bool:
@@ -310,7 +316,7 @@ class HcclSim:
             src = torch.cat([src, src.new_zeros(m - src.numel())])
         outs = [torch.empty(m, dtype=torch.uint8) for _ in range(self.size)]
         self._gloo.allgather([outs], [src], AllgatherOptions()).wait()
-        return [o[:n] for o, n in zip(outs, out_nbytes)]
+        return [o[:n] for o, n in zip(outs, out_nbytes, strict=True)]
 
     def _exchange_numels(self, n: int) -> list[int]:
         t = torch.tensor([n], dtype=torch.int64)
@@ -400,7 +406,7 @@ class HcclSim:
         with torch.no_grad():
             nbytes = [o.numel() * o.element_size() for o in outs]
             got = self._allgather_bytes(host_view(inp.detach()), nbytes)
-            for o, g in zip(outs, got):
+            for o, g in zip(outs, got, strict=True):
                 _write(o.detach(), g.view(o.dtype))
 
     def _allgather_base(self, output, input):
@@ -421,7 +427,7 @@ class HcclSim:
         raise RuntimeError("Backend hccl does not support allgather_coalesced")
 
     def allgather_into_tensor_coalesced(self, outputs, inputs):
-        for o, i in zip(outputs, inputs):
+        for o, i in zip(outputs, inputs, strict=True):
             self._allgather_base(o, i)
 
     def gather(self, output_lists, inputs, root_rank):
@@ -439,14 +445,15 @@ class HcclSim:
                     f"ProcessGroupHCCL::gather: Incorrect output list size {len(output_lists[0])}. "
                     f"Output list size should be {self.size}, same as size of the process group."
                 )
-            warnings.warn("HCCL doesn't support gather at the moment. Implemented with allgather instead.")
+            warnings.warn("HCCL doesn't support gather at the moment. Implemented with allgather instead.",
+                          stacklevel=2)
         elif len(output_lists) != 0:
             raise ValueError("ProcessGroupHCCL::gather: requires empty output on non-root")
         with torch.no_grad():
             nbytes = self._exchange_numels(inp.numel() * inp.element_size())
             got = self._allgather_bytes(host_view(inp.detach()), nbytes)
             if self.rank == root_rank:
-                for o, g in zip(output_lists[0], got):
+                for o, g in zip(output_lists[0], got, strict=True):
                     if o.numel() * o.element_size() != g.numel():
                         raise ValueError("ProcessGroupHCCL::gather: Tensor size mismatch")
                     _write(o.detach(), g.view(o.dtype))
@@ -526,7 +533,7 @@ class HcclSim:
         self._check_same_device(outputs)
         self._check_same_device(inputs)
         _check_reduce_dtype(inputs[0].dtype, "reduce_scatter_tensor_coalesced")
-        for o, i in zip(outputs, inputs):
+        for o, i in zip(outputs, inputs, strict=True):
             self._reduce_scatter_base(o, i, op_args)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes):
@@ -574,7 +581,7 @@ class HcclSim:
         if len(outputs) != len(inputs):
             raise hccl_error("the size of input_tensors and output_tensors must equal", PARAM)
         device = outputs[0].device
-        for o, i in zip(outputs, inputs):
+        for o, i in zip(outputs, inputs, strict=True):
             self._check_single(o)
             self._check_single(i)
             if o.device != device or i.device != device:
@@ -587,7 +594,7 @@ class HcclSim:
             bout = torch.empty(sum(out_splits), dtype=torch.uint8)
             self._gloo.alltoall_base(bout, torch.cat(ins), out_splits, in_splits, AllToAllOptions()).wait()
             off = 0
-            for o, n in zip(outputs, out_splits):
+            for o, n in zip(outputs, out_splits, strict=True):
                 _write(o.detach(), bout[off:off + n].view(o.dtype))
                 off += n
 
@@ -620,7 +627,7 @@ class HcclSim:
         """torch_npu's ProcessGroupHCCL.batch_isend_irecv(op_type, tensors, remote_rank_list)."""
         works, recvs = [], []
         with torch.no_grad():
-            for op, t, peer in zip(op_types, tensors, remote_ranks):
+            for op, t, peer in zip(op_types, tensors, remote_ranks, strict=True):
                 self._check_different_devices([t])
                 _hccl_type(t.dtype)
                 if op == "isend":
@@ -652,10 +659,8 @@ class HcclSim:
     def _close(self, how):
         g, self._gloo = self._gloo, None
         if g is not None:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the group may already be broken
                 getattr(g, how)()
-            except Exception:
-                pass
 
 
 class _Pending:
@@ -682,7 +687,7 @@ _warned: set[str] = set()
 
 
 def _warn_once(key: str, message: str) -> None:
-    """TORCH_NPU_WARN_ONCE: once per process."""
+    """TORCH_NPU_WARN_ONCE: once per process, at the line that called the process group's operation."""
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message)
+        warnings.warn(message, stacklevel=3)

@@ -76,16 +76,16 @@ def forward(q, k, v, *, scale: float, pse=None, pse_first: bool = True, masked=N
     p = scores(q, k, scale, pse, pse_first, masked)
     m = p.amax(dim=-1, keepdim=True)
     p.sub_(m).exp_()
-    l = p.sum(dim=-1, keepdim=True)
-    p.div_(l)
+    row_sum = p.sum(dim=-1, keepdim=True)
+    p.div_(row_sum)
     if correct_invalid and masked is not None:
         invalid = m == NEG
         p.masked_fill_(invalid, 0.0)
-        l = l.masked_fill(invalid, FLT_MAX)
+        row_sum = row_sum.masked_fill(invalid, FLT_MAX)
     if keep is not None:
         p.mul_(keep).div_(keep_prob)
     out = torch.matmul(_round(p, dtype), v.float())
-    return out, m.squeeze(-1), l.squeeze(-1)
+    return out, m.squeeze(-1), row_sum.squeeze(-1)
 
 
 def backward(q, k, v, dy, attention_in, smax, ssum, *, scale: float, pse=None, masked=None, keep=None,
@@ -122,5 +122,5 @@ def backward(q, k, v, dy, attention_in, smax, ssum, *, scale: float, pse=None, m
 
 def reduce_to(grad: torch.Tensor, shape) -> torch.Tensor:
     """Sum a broadcast gradient back to ``shape`` (same rank)."""
-    dims = [i for i, (g, s) in enumerate(zip(grad.shape, shape)) if s == 1 and g != 1]
+    dims = [i for i, (g, s) in enumerate(zip(grad.shape, shape, strict=True)) if s == 1 and g != 1]
     return grad.sum(dim=dims, keepdim=True) if dims else grad

@@ -6,14 +6,16 @@ the implementations with CPU tensors; users only ever reach them through the npu
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 import sys
-from typing import Any, Iterable
+from typing import Any, NoReturn
+from collections.abc import Iterable
 
 import torch
 
 from .. import counters
-from ..errors import NotEmulatedError  # noqa: F401  (the op modules import it from here)
+from ..errors import NotEmulatedError as NotEmulatedError  # the op modules import it from here
 
 INT32_MAX = 2147483647
 FLT_MAX = 3.4028234663852886e38  # the kernels fill masked scores with -FLT_MAX ("负的极小值")
@@ -21,11 +23,11 @@ FLT_MAX = 3.4028234663852886e38  # the kernels fill masked scores with -FLT_MAX 
 _FLOAT_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
-def fail(op: str, msg: str, exc: type = RuntimeError):
+def fail(op: str, msg: str, exc: type[Exception] = RuntimeError) -> NoReturn:
     raise exc(f"{op}: {msg}")
 
 
-def check(cond: bool, op: str, msg: str, exc: type = RuntimeError) -> None:
+def check(cond: bool, op: str, msg: str, exc: type[Exception] = RuntimeError) -> None:
     if not cond:
         raise exc(f"{op}: {msg}")
 
@@ -164,8 +166,6 @@ def is_compressed_causal_mask(mask: torch.Tensor) -> bool:
     ok = bool(torch.equal(m2, ref.expand_as(m2)))
     if inference:
         return ok
-    try:
+    with contextlib.suppress(Exception):  # tensors that refuse attributes are just re-checked
         setattr(mask, _TRIU_CACHE_ATTR, (key, ok))
-    except Exception:  # noqa: BLE001 - tensors that refuse attributes are just re-checked
-        pass
     return ok

@@ -49,7 +49,13 @@ class _Call:
         return values
 
 
-class _RmsNorm(torch.autograd.Function):
+class _OpFunction(torch.autograd.Function):
+    """The autograd.Function of an npu op: ``forward(ctx, call, *INPUTS)``, INPUTS named as in the op's schema."""
+
+    INPUTS: tuple[str, ...] = ()
+
+
+class _RmsNorm(_OpFunction):
     INPUTS = ("self", "gamma")
 
     @staticmethod
@@ -67,7 +73,7 @@ class _RmsNorm(torch.autograd.Function):
         return None, dx, dgamma
 
 
-class _SwiGlu(torch.autograd.Function):
+class _SwiGlu(_OpFunction):
     INPUTS = ("self",)
 
     @staticmethod
@@ -83,7 +89,7 @@ class _SwiGlu(torch.autograd.Function):
         return None, ctx.backward_op(grad, x, ctx.dim)
 
 
-class _RotaryMul(torch.autograd.Function):
+class _RotaryMul(_OpFunction):
     INPUTS = ("self", "r1", "r2", "rotate")
 
     @staticmethod
@@ -112,7 +118,7 @@ _FA_GRAD_ARGUMENTS = {"pse": "pse", "padding_mask": "padding_mask", "atten_mask"
                       "sink": "sink"}
 
 
-class _FusionAttention(torch.autograd.Function):
+class _FusionAttention(_OpFunction):
     INPUTS = ("query", "key", "value", "pse")
 
     @staticmethod
@@ -147,18 +153,15 @@ class _FusionAttention(torch.autograd.Function):
 
 
 #: the differentiable ops and their autograd.Function (forward below autograd, backward through the backward op)
-FUNCTIONS = {"npu_rms_norm": _RmsNorm, "npu_swiglu": _SwiGlu, "npu_rotary_mul": _RotaryMul,
-             "npu_fusion_attention": _FusionAttention}
+FUNCTIONS: dict[str, type[_OpFunction]] = {"npu_rms_norm": _RmsNorm, "npu_swiglu": _SwiGlu,
+                                           "npu_rotary_mul": _RotaryMul, "npu_fusion_attention": _FusionAttention}
 
 
 def _requires_grad(args, kwargs) -> bool:
     for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            if value.requires_grad:
-                return True
-        elif isinstance(value, (list, tuple)):
-            if any(isinstance(t, torch.Tensor) and t.requires_grad for t in value):
-                return True
+        tensors = value if isinstance(value, (list, tuple)) else (value,)
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+            return True
     return False
 
 

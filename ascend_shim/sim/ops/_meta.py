@@ -74,6 +74,7 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
                          seed=0, offset=0):
     b, sq, skv, dv = _fa_sizes(query, key, value, head_num, input_layout)
     out = _empty(_fa_out_shape(query, head_num, input_layout, dv), query.dtype, query)
+    stats: tuple[int, ...]
     if input_layout == "TND":
         stats = (query.shape[0], head_num, 8)
         qlen, kvlen = list(actual_seq_qlen or [0]), list(actual_seq_kvlen or [0])
@@ -137,6 +138,7 @@ def npu_incre_flash_attention(query, key, value, *, block_table=None, num_heads=
 def npu_fused_infer_attention_score(query, key, value, *, block_table=None, num_heads=1, input_layout="BSH",
                                     num_key_value_heads=0, softmax_lse_flag=False, **_):
     out = _infer_out(query, _kv(value), input_layout, num_heads, num_key_value_heads, block_table is not None)
+    lse: tuple[int, ...]
     if not softmax_lse_flag:
         lse = (1,)
     elif input_layout == "TND":

@@ -39,7 +39,7 @@ EMULATED_LINE = _line(torch.__version__)
 
 def at_least(line: tuple[int, int]) -> bool:
     """True when the emulated release line is ``line`` or newer."""
-    return EMULATED_LINE >= line
+    return line <= EMULATED_LINE
 
 
 def check_arguments(op: str, **passed) -> None:

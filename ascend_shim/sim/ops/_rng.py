@@ -6,8 +6,8 @@ from the default NPU generator (advancing it), generates the dropout mask from t
 
 We reproduce that contract, not Huawei's bit stream: ``(seed, offset)`` is the device generator's Philox state and
 the offset advances by 12 per call (10 rounded up to a multiple of 4) -- so ``torch.manual_seed(s)`` makes the
-sequence of masks reproducible, interleaved npu random ops change it, and the cpu random stream is untouched -- and the mask is
-a deterministic function of ``(seed, offset, numels, keep_prob)``.
+sequence of masks reproducible, interleaved npu random ops change it, and the cpu random stream is untouched -- and
+the mask is a deterministic function of ``(seed, offset, numels, keep_prob)``.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ The contract (torch_npu 2.7.1.post11 .. 2.14.0 schema; op-plugin ``FlashAttentio
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,16 +138,17 @@ def _shape_info(op, layout, q, k, v, head_num):
 
 def _cumulative(op, name, lst, total):
     check(len(lst) > 0, op, f"{name} must not be empty")
+    shown = f"{lst[:4]}{'...' if len(lst) > 4 else ''}"
     check(lst[0] != 0, op, f"{name} holds the cumulative END offsets of the sequences WITHOUT a leading 0 "
-                           f"(lengths 2,2,2 are passed as [2, 4, 6]), but got {lst[:4]}{'...' if len(lst) > 4 else ''}; "
-                           f"pass cu_seqlens[1:], not cu_seqlens")
+                           f"(lengths 2,2,2 are passed as [2, 4, 6]), but got {shown}; pass cu_seqlens[1:], not "
+                           "cu_seqlens")
     # Trailing zeros skip trailing batches (documented); everything before them must be non-decreasing.
     n = len(lst)
     while n > 0 and lst[n - 1] == 0:
         n -= 1
     vals = lst[:n]
     check(all(x >= 0 for x in lst), op, f"{name} must not contain negative values, got {lst}")
-    check(all(b >= a for a, b in zip(vals, vals[1:])), op,
+    check(all(b >= a for a, b in itertools.pairwise(vals)), op,
           f"{name} must be cumulative (non-decreasing) end offsets, got {lst}")
     check(vals[-1] <= total, op, f"Query/key T({total}) need larger than or equal to the sum of sequence lengths "
                                  f"({vals[-1]}) given by {name}")
@@ -254,8 +256,8 @@ def _plan(op, query, key, value, head_num, input_layout, pse, padding_mask, atte
     check(softmax_layout in ("", "TND"), op, "only supported softmax_layout=TND")
     check(not (softmax_layout == "TND" and layout != "TND"), op,
           "softmax_layout=TND only supported when input_layout_str=TND")
-    qlen = int_list(op, "actual_seq_qlen", actual_seq_qlen)
-    kvlen = int_list(op, "actual_seq_kvlen", actual_seq_kvlen)
+    qlen = int_list(op, "actual_seq_qlen", actual_seq_qlen) or []  # (read for TND only)
+    kvlen = int_list(op, "actual_seq_kvlen", actual_seq_kvlen) or []
     prefix = int_list(op, "prefix", prefix)
     if layout == "TND":
         check(0 <= sparse_mode <= 8 and sparse_mode != 5, op,
@@ -300,7 +302,7 @@ def _plan(op, query, key, value, head_num, input_layout, pse, padding_mask, atte
         check(len(qv) == len(kv), op, "actual_seq_qlen and actual_seq_kvlen must describe the same number of "
                                       f"batches (after trailing zeros), got {len(qv)} and {len(kv)}")
         seqs, pq, pk = [], 0, 0
-        for a, b in zip(qv, kv):
+        for a, b in zip(qv, kv, strict=True):
             seqs.append(_Seq(pq, a, pk, b))
             pq, pk = a, b
         plan.seqs, plan.T, plan.Tkv = seqs, T, Tk
@@ -483,10 +485,7 @@ def _dropout_active(plan: _Plan) -> bool:
 def _keep_tensor(plan: _Plan, seed, offset, device):
     if not _dropout_active(plan):
         return None
-    if plan.layout == "TND":
-        need = sum(plan.Nq * s.sq * s.skv for s in plan.seqs)
-    else:
-        need = plan.numels
+    need = sum(plan.Nq * s.sq * s.skv for s in plan.seqs) if plan.layout == "TND" else plan.numels
     return _rng.keep_mask(seed, offset, max(need, plan.numels), plan.keep_prob, device)
 
 
@@ -498,7 +497,7 @@ def _stats_out(plan: _Plan, per_seq_stats, device):
         m = per_seq_stats  # (B, Nq, Sq)
         return m.unsqueeze(-1).expand(*m.shape, 8).contiguous()
     ntd = torch.zeros(plan.Nq, plan.T, device=device, dtype=torch.float32)
-    for s, st in zip(plan.seqs, per_seq_stats):
+    for s, st in zip(plan.seqs, per_seq_stats, strict=True):
         if st is not None:
             ntd[:, s.q0:s.q1] = st
     if plan.softmax_layout == "TND":
@@ -512,6 +511,7 @@ def _stats_in(plan: _Plan, stat: torch.Tensor, name: str):
     check(stat is not None, op, f"{name} is required (the grad kernel recomputes the softmax from the forward's "
                                 f"softmax_max/softmax_sum and attention_in)")
     check(stat.dtype == torch.float32, op, f"{name} must be float32, but got {dtype_name(stat.dtype)}")
+    exp: tuple[int, ...]
     if plan.layout != "TND":
         exp = (plan.B, plan.Nq, plan.Sq, 8)
         check(tuple(stat.shape) == exp, op, f"{name} shape must be [B, N, S, 8] = {list(exp)}, got {list(stat.shape)}")
@@ -533,17 +533,20 @@ def _forward(plan: _Plan, q, k, v, seed, offset):
         v5 = _kv5(_to_bnsd(v, plan.layout, Nkv))
         masked, corr = _effective_mask(plan, device)
         keep5 = keep.view(plan.B, Nkv, G, plan.Sq, plan.Skv) if keep is not None else None
-        out, m, l = core.forward(q5, k5, v5, scale=plan.scale, pse=_pse5(plan, plan.pse), masked=masked,
-                                 keep=keep5, keep_prob=plan.keep_prob, correct_invalid=corr)
+        out, m, row_sum = core.forward(q5, k5, v5, scale=plan.scale, pse=_pse5(plan, plan.pse), masked=masked,
+                                       keep=keep5, keep_prob=plan.keep_prob, correct_invalid=corr)
         out4 = out.reshape(plan.B, plan.Nq, plan.Sq, plan.Dv).to(plan.dtype)
         return (_from_bnsd(out4, plan.layout), _stats_out(plan, m.reshape(plan.B, plan.Nq, plan.Sq), device),
-                _stats_out(plan, l.reshape(plan.B, plan.Nq, plan.Sq), device))
+                _stats_out(plan, row_sum.reshape(plan.B, plan.Nq, plan.Sq), device))
     out = torch.zeros(plan.T, plan.Nq, plan.Dv, device=device, dtype=plan.dtype)
-    ms, ls, pos = [], [], 0
+    ms: list[torch.Tensor | None] = []
+    ls: list[torch.Tensor | None] = []
+    pos = 0
     for i, s in enumerate(plan.seqs):
         n = plan.Nq * s.sq * s.skv
         if s.sq == 0:
-            ms.append(None), ls.append(None)
+            ms.append(None)
+            ls.append(None)
             continue
         q5 = _q5(_seq4(q, s.q0, s.q1), Nkv, G)
         k5, v5 = _kv5(_seq4(k, s.k0, s.k1)), _kv5(_seq4(v, s.k0, s.k1))
@@ -554,15 +557,15 @@ def _forward(plan: _Plan, q, k, v, seed, offset):
             masked, corr = torch.ones(1, 1, 1, s.sq, 0, dtype=torch.bool, device=device), True
         keep5 = keep[pos:pos + n].view(1, Nkv, G, s.sq, s.skv) if keep is not None else None
         pse5 = _pse5(plan, _pse_for_seq(plan, i)[0]) if plan.pse is not None else None
-        o, m, l = core.forward(q5, k5, v5, scale=plan.scale, pse=pse5, masked=masked, keep=keep5,
-                               keep_prob=plan.keep_prob, correct_invalid=corr)
+        o, m, row_sum = core.forward(q5, k5, v5, scale=plan.scale, pse=pse5, masked=masked, keep=keep5,
+                                     keep_prob=plan.keep_prob, correct_invalid=corr)
         if s.skv == 0:
             o = torch.zeros_like(o)
             m = torch.full_like(m, core.NEG)
-            l = torch.full_like(l, core.FLT_MAX)
+            row_sum = torch.full_like(row_sum, core.FLT_MAX)
         out[s.q0:s.q1] = o.reshape(plan.Nq, s.sq, plan.Dv).permute(1, 0, 2).to(plan.dtype)
         ms.append(m.reshape(plan.Nq, s.sq))
-        ls.append(l.reshape(plan.Nq, s.sq))
+        ls.append(row_sum.reshape(plan.Nq, s.sq))
         pos += n
     return out, _stats_out(plan, ms, device), _stats_out(plan, ls, device)
 
@@ -634,7 +637,7 @@ def _backward(plan: _Plan, q, k, v, dy, attention_in, smax, ssum, seed, offset, 
         dq[s.q0:s.q1] = g[0].reshape(Nq, s.sq, plan.D).permute(1, 0, 2).to(plan.dtype)
         dk[s.k0:s.k1] = g[1].reshape(Nkv, s.skv, plan.D).permute(1, 0, 2).to(plan.dtype)
         dv[s.k0:s.k1] = g[2].reshape(Nkv, s.skv, plan.Dv).permute(1, 0, 2).to(plan.dtype)
-        if need_dpse:
+        if dpse is not None and meta is not None:  # need_dpse (which implies a pse)
             off, cnt, rows = meta
             d = core.reduce_to(g[3].reshape(1, Nq, s.sq, s.skv), (1, Nq, rows, s.skv))
             dpse.view(-1)[off:off + cnt] = d.reshape(-1).to(plan.pse.dtype)

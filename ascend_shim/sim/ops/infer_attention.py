@@ -12,6 +12,8 @@ beyond their valid length and rows left with nothing to attend output 0. No auto
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from . import _attention_core as core
@@ -47,7 +49,7 @@ def _cumulative_ends(op, name, lst, total):
     check(lst is not None and len(lst) > 0, op, f"{name} is required for the TND layout")
     check(lst[0] != 0, op, f"{name} holds cumulative END offsets WITHOUT a leading 0 in the TND layout "
                            f"(lengths 2,2 -> [2, 4]), but got {lst[:4]}; pass cu_seqlens[1:]")
-    check(all(b >= a for a, b in zip(lst, lst[1:])) and lst[0] >= 0, op,
+    check(all(b >= a for a, b in itertools.pairwise(lst)) and lst[0] >= 0, op,
           f"{name} must be non-decreasing cumulative end offsets, got {lst}")
     check(lst[-1] <= total, op, f"the last element of {name} ({lst[-1]}) exceeds T ({total})")
     return lst
@@ -170,10 +172,10 @@ def _compute(q4, k4, v4, *, scale, pse4, user4, mode, pre, nxt, q_lens, kv_lens,
     pse5 = None
     if pse4 is not None:
         pse5 = pse4.reshape(pse4.shape[0], Nkv, G, pse4.shape[2], Skv)
-    out, m, l = core.forward(q5, k5, v5, scale=scale, pse=pse5, pse_first=False, masked=masked5,
-                             correct_invalid=True)
+    out, m, row_sum = core.forward(q5, k5, v5, scale=scale, pse=pse5, pse_first=False, masked=masked5,
+                                   correct_invalid=True)
     out4 = out.reshape(B, Nq, Sq, -1).to(q4.dtype)
-    lse_t = (m + torch.log(l)).reshape(B, Nq, Sq) if lse else None
+    lse_t = (m + torch.log(row_sum)).reshape(B, Nq, Sq) if lse else None
     return out4, lse_t
 
 
@@ -302,14 +304,14 @@ def _prefill(op, query, key, value, *, atten_mask, pse_shift, q_lens_raw, kv_len
     else:
         out4, l4 = _compute(q4, k4, v4, scale=scale, pse4=pse4, user4=user, mode=sparse_mode, pre=pre, nxt=nxt,
                             q_lens=q_lens, kv_lens=kv_lens, lse=lse)
-    return _out_from4(out4, out_layout), (l4.unsqueeze(-1) if lse else None)
+    return _out_from4(out4, out_layout), (l4.unsqueeze(-1) if l4 is not None else None)
 
 
 def _prefill_tnd(op, query, key, value, *, atten_mask, pse_shift, q_lens_raw, kv_lens_raw, num_heads, nkv, scale,
                  pre, nxt, sparse_mode, lse, dtype, fia_tnd):
     check(query.dim() == 3 and key.dim() == 3 and value.dim() == 3, op, "TND query/key/value must be 3-D")
     T, N, D = query.shape
-    check(N == num_heads, op, f"the query's heads num should be equal to qOfHeadnum ({N} != {num_heads})")
+    check(num_heads == N, op, f"the query's heads num should be equal to qOfHeadnum ({N} != {num_heads})")
     check(key.shape[1] == nkv and value.shape[1] == nkv, op, f"key/value N must equal num_key_value_heads ({nkv})")
     check(key.shape[2] == D, op, f"query and key D must be equal, got {D} and {key.shape[2]}")
     Dv = value.shape[2]
@@ -317,7 +319,7 @@ def _prefill_tnd(op, query, key, value, *, atten_mask, pse_shift, q_lens_raw, kv
         check(dtype == torch.bfloat16, op, "in the TND layout (non-MLA) only bfloat16 is supported")
         check(D == 192 and Dv in (128, 192), op, f"in the TND layout (non-MLA) Q_D and K_D must be 192 and V_D "
                                                  f"128 or 192, but got D={D}, Dv={Dv}")
-        check(N == nkv and N in (2, 4, 8, 16, 32, 64, 128), op, "in the TND layout Q_N == K_N == V_N in "
+        check(nkv == N and N in (2, 4, 8, 16, 32, 64, 128), op, "in the TND layout Q_N == K_N == V_N in "
                                                                 "{2,4,...,128} is required")
         check(sparse_mode == 0 and atten_mask is None or sparse_mode == 3 and atten_mask is not None, op,
               "in the TND layout only sparse_mode=0 without a mask or sparse_mode=3 with the mask is supported")
@@ -332,17 +334,17 @@ def _prefill_tnd(op, query, key, value, *, atten_mask, pse_shift, q_lens_raw, kv
                                   f"key/value's actual sequence lengths shape size({len(ke)})")
     if fia_tnd and sparse_mode == 3:
         prev = (0, 0)
-        for b, (a, c) in enumerate(zip(qe, ke)):
+        for b, (a, c) in enumerate(zip(qe, ke, strict=True)):
             check(a - prev[0] <= c - prev[1], op, f"with sparse_mode=3 in the TND layout every batch needs "
                                                   f"q_len <= kv_len, batch {b} has {a - prev[0]} > {c - prev[1]}")
             prev = (a, c)
-    msq = max(b - a for a, b in zip([0] + qe[:-1], qe))
-    mskv = max(b - a for a, b in zip([0] + ke[:-1], ke))
+    msq = max(b - a for a, b in itertools.pairwise([0, *qe]))
+    mskv = max(b - a for a, b in itertools.pairwise([0, *ke]))
     user_full = _mask_prep(op, atten_mask, sparse_mode, 1, msq, mskv, decode=False)
     out = query.new_zeros(T, N, Dv)
     lse_t = torch.zeros(T, N, 1, device=query.device) if lse else None
     pq = pk = 0
-    for a, c in zip(qe, ke):
+    for a, c in zip(qe, ke, strict=True):
         sq, skv = a - pq, c - pk
         if sq > 0:
             q4 = query[pq:a].permute(1, 0, 2).unsqueeze(0)
@@ -353,9 +355,9 @@ def _prefill_tnd(op, query, key, value, *, atten_mask, pse_shift, q_lens_raw, kv
                 o4, l4 = _compute(q4, k4, v4, scale=scale, pse4=None, user4=user, mode=sparse_mode, pre=pre, nxt=nxt,
                                   q_lens=None, kv_lens=None, lse=lse)
                 out[pq:a] = o4[0].permute(1, 0, 2)
-                if lse:
+                if lse_t is not None:
                     lse_t[pq:a, :, 0] = l4[0].t()
-            elif lse:
+            elif lse_t is not None:
                 lse_t[pq:a] = core.NEG
         pq, pk = a, c
     return out, lse_t
@@ -405,7 +407,7 @@ def _decode(op, query, key, value, *, atten_mask, pse_shift, kv_lens_raw, block_
     else:
         out4, l4 = _compute(q4, k4, v4, scale=scale, pse4=pse4, user4=user, mode=1 if user is not None else 0,
                             pre=INT32_MAX, nxt=INT32_MAX, q_lens=None, kv_lens=kv_lens, lse=lse)
-    return _out_from4(out4, layout), (l4.unsqueeze(-1) if lse else None)
+    return _out_from4(out4, layout), (l4.unsqueeze(-1) if l4 is not None else None)
 
 
 def _kv_list(op, key, value, layout):

@@ -22,7 +22,7 @@ import json
 import re
 import threading
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -51,7 +51,7 @@ def _line(text: str) -> tuple[int, int]:
     return major, minor
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shipped() -> dict:
     return json.loads(SCHEMA_FILE.read_text())["lines"]
 

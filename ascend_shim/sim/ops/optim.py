@@ -31,21 +31,23 @@ class NpuFusedAdamW(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False):
         if lr < 0.0:
-            raise ValueError("Invalid learning rate: {}".format(lr))
+            raise ValueError(f"Invalid learning rate: {lr}")
         if eps < 0.0:
-            raise ValueError("Invalid epsilon value: {}".format(eps))
+            raise ValueError(f"Invalid epsilon value: {eps}")
         if betas[0] < 0.0 or betas[0] >= 1.0:
-            raise ValueError("Invalid beta parameter at index 0: {}".format(betas[0]))
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
         if betas[1] < 0.0 or betas[1] >= 1.0:
-            raise ValueError("Invalid beta parameter at index 1: {}".format(betas[1]))
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
         if weight_decay < 0.0:
-            raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
         super().__init__(params, defaults)
         self.is_fused_optimizer = True
         self.is_params_grads_combined = False
-        self._combined = None  # per group: list of (param, captured grad tensor)
-        self._combined_step = None  # per group: the combined state's step counter
+        # set when is_params_grads_combined: per group, (param, captured grad tensor) pairs and the combined state's
+        # step counter
+        self._combined: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        self._combined_step: list[int | None] = []
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -59,13 +61,13 @@ class NpuFusedAdamW(Optimizer):
         combined = []
         any_grad = False
         for group in self.param_groups:
-            pairs = []
+            pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if p.dtype not in (torch.float32, torch.float16):
-                    raise TypeError("Fused optimizer's parameters must be either float32 or float16, but received {}"
-                                    .format(p.dtype))
+                    raise TypeError("Fused optimizer's parameters must be either float32 or float16, but received "
+                                    f"{p.dtype}")
                 if (p.device.type != "npu" or p.grad.device.type != "npu"):
                     raise RuntimeError("Tensors to combine must be on NPU, got {}.".format(
                         p.device.type if p.device.type != "npu" else p.grad.device.type))
@@ -111,10 +113,9 @@ class NpuFusedAdamW(Optimizer):
             pairs = self._combined[gi]
             if not pairs:
                 continue
-            if self._combined_step[gi] is None:
-                self._combined_step[gi] = self.state[pairs[0][0]]["step"] - 1
-            self._combined_step[gi] += 1
             step = self._combined_step[gi]
+            step = (self.state[pairs[0][0]]["step"] - 1 if step is None else step) + 1
+            self._combined_step[gi] = step
             beta1, beta2 = group["betas"]
             lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
             bias_correction1 = 1 - beta1 ** step

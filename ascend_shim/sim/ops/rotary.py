@@ -58,9 +58,10 @@ def _validate(x, r1, r2, rotary_mode, rotate):
     check(tuple(r1.shape) == tuple(r2.shape), OP, f"r1 and r2 must have the same shape, got {list(r1.shape)} and "
                                                   f"{list(r2.shape)}")
     ok = _allowed_r_shapes(tuple(x.shape), rotary_mode)
+    supported = ("11SD, 1S1D or S11D" if rotary_mode == "interleave"
+                 else "BNSD: 11SD/B1SD/BNSD, BSND: 1S1D/BS1D/BSND, SBND: S11D/SB1D/SBND")
     check(r1.dim() == 4 and tuple(r1.shape) in ok, OP,
-          f"r1/r2 shape {list(r1.shape)} does not broadcast to input {list(x.shape)} in a supported way "
-          f"({'11SD, 1S1D or S11D' if rotary_mode == 'interleave' else 'BNSD: 11SD/B1SD/BNSD, BSND: 1S1D/BS1D/BSND, SBND: S11D/SB1D/SBND'})")
+          f"r1/r2 shape {list(r1.shape)} does not broadcast to input {list(x.shape)} in a supported way ({supported})")
     if rotate is not None:
         check(rotate.dim() == 2 and tuple(rotate.shape) == (D, D), OP,
               f"rotate must be a 2-D (D, D) = ({D}, {D}) matrix, but got {list(rotate.shape)}")

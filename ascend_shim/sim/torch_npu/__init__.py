@@ -6,6 +6,7 @@ operators (:mod:`ascend_shim.sim.ops.library`) exported as torch_npu exports its
 torch.ops.npu.<op>``, and ``torch.<op>`` raises torch_npu's deprecation error naming ``torch_npu.<op>``.
 """
 import functools
+import importlib.util
 
 import torch
 
@@ -13,8 +14,8 @@ from ascend_shim import sim as _sim
 
 _sim.install()
 
-from . import npu  # noqa: E402
-from . import optim  # noqa: E402
+# after install(): the submodules are the installed device's
+from . import npu as npu, optim as optim  # noqa: E402
 from .utils._error_code import ErrCode as _ErrCode, pta_error as _pta_error  # noqa: E402
 
 __version__ = _sim.torch_base_version()
@@ -45,10 +46,5 @@ def _export_ops() -> None:
         setattr(torch, name, _deprecated_torch_alias(packet))
 
 
-try:
-    from ascend_shim.sim import ops as _ops
-except ModuleNotFoundError as _exc:
-    if _exc.name != "ascend_shim.sim.ops":
-        raise
-else:
+if importlib.util.find_spec("ascend_shim.sim.ops") is not None:
     _export_ops()

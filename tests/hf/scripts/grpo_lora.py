@@ -53,7 +53,7 @@ def get_model(model_args, training_args):
     quantization_config = get_quantization_config(model_args)
     model_kwargs = dict(revision=getattr(model_args, "model_revision", None) or "main",
                         attn_implementation=model_args.attn_implementation, dtype=torch_dtype,
-                        use_cache=False if training_args.gradient_checkpointing else True,
+                        use_cache=False if training_args.gradient_checkpointing else True,  # noqa: SIM211  (open-r1's)
                         quantization_config=quantization_config)
     return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **model_kwargs)
 

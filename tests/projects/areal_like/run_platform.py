@@ -1,6 +1,5 @@
 """Run under the shim: AReaL-style platform detection, vLLM server envs for 2 servers, optimizer device."""
 import json
-import os
 import subprocess
 import sys
 

@@ -86,7 +86,7 @@ if args.fp8:
 orig_model = model
 model = torch.compile(model, dynamic=False)
 optimizer = DistSGD(orig_model.parameters(), lr=0.5)
-scaler = torch.amp.GradScaler() if COMPUTE_DTYPE == torch.float16 else None
+scaler = torch.amp.GradScaler() if torch.float16 == COMPUTE_DTYPE else None
 
 gen = torch.Generator().manual_seed(1234)
 per_step = world * args.grad_accum
@@ -155,8 +155,9 @@ with torch.inference_mode():
 
 result = {
     "rank": rank, "world": world, "device": str(next(orig_model.parameters()).device), "losses": losses,
-    "compute_dtype": str(COMPUTE_DTYPE), "peak_flops": peak_flops, "fa3": getattr(flash_attention._fa3, "__name__", None),
-    "use_fa3": flash_attention.USE_FA3, "fp8_layers": sum(type(m).__name__ == "Float8Linear" for m in model.modules()),
+    "compute_dtype": str(COMPUTE_DTYPE), "peak_flops": peak_flops,
+    "fa3": getattr(flash_attention._fa3, "__name__", None), "use_fa3": flash_attention.USE_FA3,
+    "fp8_layers": sum(type(m).__name__ == "Float8Linear" for m in model.modules()),
     "npu_alloc_conf": os.environ.get("PYTORCH_NPU_ALLOC_CONF"), "scaler": None if scaler is None else
     {"enabled": scaler.is_enabled(), "device": scaler._device, "scale": scaler.get_scale()},
     "reduce_scatter_ok": reduce_scatter_ok, "params_in_sync": params_in_sync, "kv_err": kv_err,

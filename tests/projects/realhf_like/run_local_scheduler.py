@@ -18,5 +18,5 @@ print("WORKER " + json.dumps({"use_cuda": model.use_cuda(), "param_device": str(
 visible = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(gpu_utils.gpu_count()))))
 env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
 proc = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, check=True)
-worker = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("WORKER "))[len("WORKER "):])
+worker = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("WORKER "))[len("WORKER "):])
 print("RESULT " + json.dumps({"gpu_count": gpu_utils.gpu_count(), "visible": visible, **worker}))

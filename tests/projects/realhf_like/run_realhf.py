@@ -38,7 +38,7 @@ if "--attention" in sys.argv:
     # decode with fused rotary (positions = cache_seqlens) and in-place caches
     bs, L = 2, 16
     lens = torch.tensor([5, 7], dtype=torch.int32)
-    k_cache = torch.randn(bs, L, KV, D, dtype=dt); v_cache = torch.randn(bs, L, KV, D, dtype=dt)
+    k_cache, v_cache = torch.randn(bs, L, KV, D, dtype=dt), torch.randn(bs, L, KV, D, dtype=dt)
     inv = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
     freqs = torch.outer(torch.arange(L).float(), inv)
     cos, sin = freqs.cos().to(dt), freqs.sin().to(dt)

@@ -19,7 +19,8 @@ fact("get_device_properties.total_memory", lambda: torch.npu.get_device_properti
 fact("is_bf16_supported", lambda: torch.npu.is_bf16_supported())
 fact("set_device(99)", lambda: torch.npu.set_device(99))
 torch.manual_seed(7)  # before the device's first use: torch_npu queues the seed until its lazy init
-fact("first npu tensor after torch.manual_seed", lambda: [round(v, 6) for v in torch.randn(3, device="npu").cpu().tolist()])
+fact("first npu tensor after torch.manual_seed",
+     lambda: [round(v, 6) for v in torch.randn(3, device="npu").cpu().tolist()])
 x = torch.ones(256, 256, device="npu")
 fact("is_initialized after use", lambda: torch.npu.is_initialized())
 fact("tensor device", lambda: x.device)

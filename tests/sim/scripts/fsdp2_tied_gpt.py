@@ -128,8 +128,8 @@ def main() -> None:
     again = deferred(7)
     fc_full = lazy.blocks[0].fc.weight.full_tensor().detach()
     check("reset_parameters_is_dtensor", isinstance(lazy.blocks[0].fc.weight, DTensor))
-    check("reset_parameters_reproducible", all(
-        torch.equal(a.full_tensor(), b.full_tensor()) for a, b in zip(lazy.parameters(), again.parameters())))
+    check("reset_parameters_reproducible", all(torch.equal(a.full_tensor(), b.full_tensor())
+                                               for a, b in zip(lazy.parameters(), again.parameters(), strict=True)))
     if use_cuda:  # a cpu mesh has no DTensor RNG tracker: every rank draws the same numbers (torch's behaviour)
         half = fc_full.shape[0] // 2
         check("shards_differ", not torch.equal(fc_full[:half], fc_full[half:]))
@@ -143,7 +143,7 @@ def main() -> None:
     # 3. Load the host model's full state dict into the deferred one (torch.distributed.checkpoint API).
     set_model_state_dict(lazy, full_sd, options=StateDictOptions(full_state_dict=True))
     check("state_dict_loaded", all(torch.equal(a.full_tensor(), b.full_tensor())
-                                   for a, b in zip(lazy.parameters(), model.parameters())))
+                                   for a, b in zip(lazy.parameters(), model.parameters(), strict=True)))
     check("tied_after_load", lazy.wte.weight is lazy.lm_head.weight)
 
     models = [model, lazy]
@@ -165,7 +165,7 @@ def main() -> None:
         idx = torch.randint(0, VOCAB, (world, BATCH, SEQ + 1), generator=data)[rank]
         x, y = idx[:, :-1].to(device), idx[:, 1:].to(device)
         losses = []
-        for m, opt in zip(models, opts):
+        for m, opt in zip(models, opts, strict=True):
             loss = m(x, y)
             loss.backward()
             opt.step()
@@ -187,7 +187,7 @@ def main() -> None:
     dcp.load(target, checkpoint_id=ckpt)
     set_model_state_dict(restored, target["model"])
     check("dcp_round_trip", all(torch.equal(a.full_tensor(), b.full_tensor())
-                                for a, b in zip(restored.parameters(), model.parameters())))
+                                for a, b in zip(restored.parameters(), model.parameters(), strict=True)))
     dist.barrier()
     if rank == 0:
         shutil.rmtree(ckpt, ignore_errors=True)

@@ -36,7 +36,7 @@ def reference(opt_name: str, world: int) -> list[torch.Tensor]:
     model = make_model()
     opt = make_opt(opt_name, model.parameters())
     for step in range(STEPS):
-        xs, ys = zip(*(batch(step, r) for r in range(world)))
+        xs, ys = zip(*(batch(step, r) for r in range(world)), strict=True)
         loss = nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys))
         opt.zero_grad()
         loss.backward()

@@ -11,7 +11,7 @@ assert scaler.is_enabled() and scaler2.is_enabled(), "GradScaler must not disabl
 x = torch.randn(128, 16, device=device)
 y = (x[:, :1] * 2 + 1)
 losses = []
-for step in range(30):
+for _ in range(30):
     with torch.autocast(device_type="cuda", dtype=torch.float16):
         out = model(x)
         assert out.dtype == torch.float16, out.dtype

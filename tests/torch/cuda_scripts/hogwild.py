@@ -45,7 +45,7 @@ if __name__ == "__main__":
         p.join()
         assert p.exitcode == 0, p.exitcode
         train(rank, reference, "cpu", steps=3)
-    for (name, got), want in zip(model.state_dict().items(), reference.state_dict().values()):
+    for (name, got), want in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
         assert torch.equal(got.cpu(), want), (name, (got.cpu() - want).abs().max())
     print("parameters equal to the CPU run:", [round(v, 6) for v in model[0].weight.detach().cpu()[0].tolist()])
     print("OK hogwild")

@@ -1,6 +1,8 @@
 """Streams, events, memory statistics, properties, capability, RNG: the torch.cuda runtime surface."""
 import torch
 
+from ascend_shim.errors import UnsupportedOnNPUError
+
 major, minor = torch.cuda.get_device_capability()
 assert (major, minor) >= (8, 0)
 props = torch.cuda.get_device_properties(0)
@@ -50,7 +52,6 @@ d = torch.cuda.DoubleTensor(3)
 assert d.dtype == torch.float64 and d.device.type == "npu", (d.dtype, d.device)
 assert isinstance(d, torch.cuda.DoubleTensor)
 
-from ascend_shim.errors import UnsupportedOnNPUError
 try:
     torch.cuda.jiterator._create_jit_fn("template <typename T> T f(T x) { return x; }")
 except UnsupportedOnNPUError as exc:

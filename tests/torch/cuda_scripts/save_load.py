@@ -1,6 +1,5 @@
 """Checkpoints: file names with 'cuda' in them stay file names; map_location values are translated."""
 import os
-import sys
 import tempfile
 
 import torch

@@ -32,6 +32,6 @@ def train(device):
 gpu, cpu = train("cuda"), train("cpu")
 print("losses (gpu):", gpu)
 print("losses (cpu):", cpu)
-assert all(abs(g - c) <= 1e-6 * abs(c) for g, c in zip(gpu, cpu)), (gpu, cpu)
+assert all(abs(g - c) <= 1e-6 * abs(c) for g, c in zip(gpu, cpu, strict=True)), (gpu, cpu)
 assert torch.equal(adj.cuda().to_dense().cpu(), adj.to_dense())
 print("OK sparse_gcn")

@@ -4,10 +4,11 @@ import sys
 
 sys.modules["megatron"] = None  # a box without megatron-core, also where this machine has it
 
-import numpy as np
-import torch.distributed as dist
-from twinkle.utils import DeviceMesh
-from twinkle.utils.framework import Framework
+# imported after the line above, as on such a box
+import numpy as np  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from twinkle.utils import DeviceMesh  # noqa: E402
+from twinkle.utils.framework import Framework  # noqa: E402
 
 dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
 mesh = DeviceMesh(device_type="cuda", mesh=np.array([0]), mesh_dim_names=("dp",))

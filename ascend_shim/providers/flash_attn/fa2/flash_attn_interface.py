@@ -13,7 +13,6 @@ callers such as ring attention that fill them by ``inspect.signature``. ``rng_st
 """
 from __future__ import annotations
 
-from typing import Optional, Union
 
 import torch
 
@@ -96,7 +95,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
-                            cache_seqlens: Optional[Union[int, torch.Tensor]] = None, cache_batch_idx=None,
+                            cache_seqlens: int | torch.Tensor | None = None, cache_batch_idx=None,
                             cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None,
                             num_splits=0, return_softmax_lse=False):
@@ -118,7 +117,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
 def _flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float, softmax_scale: float,
                         causal: bool, window_size_left: int, window_size_right: int, softcap: float,
-                        alibi_slopes: Optional[torch.Tensor], return_softmax: bool):
+                        alibi_slopes: torch.Tensor | None, return_softmax: bool):
     """-> (out, softmax_lse (B, H, Sq), S_dmask (None), rng_state). No autograd (as upstream's custom op)."""
     with torch.no_grad():
         res = _npu.dense(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
@@ -131,9 +130,9 @@ def _flash_attn_varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                                cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float,
                                softmax_scale: float, causal: bool, window_size_left: int = -1,
                                window_size_right: int = -1, softcap: float = 0.0,
-                               alibi_slopes: Optional[torch.Tensor] = None, return_softmax: bool = False,
-                               block_table: Optional[torch.Tensor] = None, leftpad_k: Optional[torch.Tensor] = None,
-                               seqused_k: Optional[torch.Tensor] = None, zero_tensors: bool = False,
+                               alibi_slopes: torch.Tensor | None = None, return_softmax: bool = False,
+                               block_table: torch.Tensor | None = None, leftpad_k: torch.Tensor | None = None,
+                               seqused_k: torch.Tensor | None = None, zero_tensors: bool = False,
                                num_splits: int = 0):
     """-> (out (total_q, H, D), softmax_lse (H, total_q), S_dmask (None), rng_state). No autograd."""
     if leftpad_k is not None or seqused_k is not None:
@@ -153,11 +152,11 @@ def _flash_attn_varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
 
 def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                         softmax_lse: torch.Tensor, dq: Optional[torch.Tensor], dk: Optional[torch.Tensor],
-                         dv: Optional[torch.Tensor], dropout_p: float, softmax_scale: float, causal: bool,
+                         softmax_lse: torch.Tensor, dq: torch.Tensor | None, dk: torch.Tensor | None,
+                         dv: torch.Tensor | None, dropout_p: float, softmax_scale: float, causal: bool,
                          window_size_left: int, window_size_right: int, softcap: float,
-                         alibi_slopes: Optional[torch.Tensor], deterministic: bool,
-                         rng_state: Optional[torch.Tensor] = None) -> torch.Tensor:
+                         alibi_slopes: torch.Tensor | None, deterministic: bool,
+                         rng_state: torch.Tensor | None = None) -> torch.Tensor:
     """Writes dq/dk/dv in place; returns softmax_d (B, H, Sq) = rowsum(dout * out)."""
     with torch.no_grad():
         return _npu.dense_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p=dropout_p,
@@ -167,12 +166,12 @@ def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
 
 
 def _flash_attn_varlen_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                out: torch.Tensor, softmax_lse: torch.Tensor, dq: Optional[torch.Tensor],
-                                dk: Optional[torch.Tensor], dv: Optional[torch.Tensor], cu_seqlens_q: torch.Tensor,
+                                out: torch.Tensor, softmax_lse: torch.Tensor, dq: torch.Tensor | None,
+                                dk: torch.Tensor | None, dv: torch.Tensor | None, cu_seqlens_q: torch.Tensor,
                                 cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float,
                                 softmax_scale: float, causal: bool, window_size_left: int, window_size_right: int,
-                                softcap: float, alibi_slopes: Optional[torch.Tensor], deterministic: bool,
-                                rng_state: Optional[torch.Tensor] = None, zero_tensors: bool = False) -> torch.Tensor:
+                                softcap: float, alibi_slopes: torch.Tensor | None, deterministic: bool,
+                                rng_state: torch.Tensor | None = None, zero_tensors: bool = False) -> torch.Tensor:
     """Writes dq/dk/dv in place; returns softmax_d (H, total_q) = rowsum(dout * out)."""
     with torch.no_grad():
         return _npu.varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,

@@ -27,10 +27,12 @@ def is_current_stream_capturing() -> bool:
     return False
 
 
-for _name, _params in (("graph_task_group_begin", "stream"), ("graph_task_group_end", "stream"),
-                       ("graph_task_update_begin", "stream, handle"), ("graph_task_update_end", "stream"),
-                       ("super_kernel_scope_begin", "scope_name=None"), ("super_kernel_scope_end", "scope_name=None")):
-    globals()[_name] = placeholder_function(f"torch.npu.{_name}", _WHY, _params)
+graph_task_group_begin = placeholder_function("torch.npu.graph_task_group_begin", _WHY, "stream")
+graph_task_group_end = placeholder_function("torch.npu.graph_task_group_end", _WHY, "stream")
+graph_task_update_begin = placeholder_function("torch.npu.graph_task_update_begin", _WHY, "stream, handle")
+graph_task_update_end = placeholder_function("torch.npu.graph_task_update_end", _WHY, "stream")
+super_kernel_scope_begin = placeholder_function("torch.npu.super_kernel_scope_begin", _WHY, "scope_name=None")
+super_kernel_scope_end = placeholder_function("torch.npu.super_kernel_scope_end", _WHY, "scope_name=None")
 
 
 class NpuGraphOpHandler:

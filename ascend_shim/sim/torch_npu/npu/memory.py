@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ._unemulated import module_getattr, placeholder_class, placeholder_function
-from ._utils import _checked_index, _get_device_index, _native
+from ._utils import _checked_index, _native
 
 __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_cached",
@@ -104,7 +104,7 @@ def memory_stats_as_nested_dict(device=None) -> dict[str, Any]:
     return stats
 
 
-def memory_stats(device=None) -> "collections.OrderedDict[str, int]":
+def memory_stats(device=None) -> collections.OrderedDict[str, int]:
     """Flat CUDA-style keys, e.g. ``allocated_bytes.all.peak`` (only the "all" pool: there are no pools)."""
     flat = []
 

@@ -8,8 +8,10 @@ input or an empty stack), ``mark``/``range_end`` return None.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import warnings
+from types import FrameType
 
 __all__ = ["mstx", "annotate"]
 
@@ -24,11 +26,20 @@ def _stack(domain: str) -> list:
     return stacks.setdefault(domain, [])
 
 
+def _warn(message: str) -> None:
+    """Warn at the user's call: the first frame outside this module (a direct call, or annotate/mstx_range)."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, stacklevel=level)
+
+
 def _valid_stream(stream, func: str) -> bool:
     from .streams import Stream
 
     if stream and not isinstance(stream, Stream):
-        warnings.warn(f"Invalid stream for mstx.{func} func. Please input valid stream.")
+        _warn(f"Invalid stream for mstx.{func} func. Please input valid stream.")
         return False
     return True
 
@@ -37,20 +48,20 @@ class mstx:
     @staticmethod
     def mark(message: str, stream=None, domain: str = "default"):
         if not message or not isinstance(message, str):
-            warnings.warn("Invalid message for mstx.mark function. Please provide a valid message string.")
+            _warn("Invalid message for mstx.mark function. Please provide a valid message string.")
             return
         if not isinstance(domain, str):
-            warnings.warn("Invalid domain for mstx.mark function. Please provide a valid domain string.")
+            _warn("Invalid domain for mstx.mark function. Please provide a valid domain string.")
             return
         _valid_stream(stream, "mark")
 
     @staticmethod
     def range_push(message: str, stream=None, domain: str = "default") -> int:
         if not message or not isinstance(message, str):
-            warnings.warn("Invalid message for mstx.range_push func. Please input valid message string.")
+            _warn("Invalid message for mstx.range_push func. Please input valid message string.")
             return -1
         if not domain or not isinstance(domain, str):
-            warnings.warn("Invalid domain for mstx.range_push func. Please input valid domain string.")
+            _warn("Invalid domain for mstx.range_push func. Please input valid domain string.")
             return -1
         if not _valid_stream(stream, "range_push"):
             return -1
@@ -61,7 +72,7 @@ class mstx:
     @staticmethod
     def range_pop(domain: str = "default") -> int:
         if not domain or not isinstance(domain, str):
-            warnings.warn("Invalid domain for mstx.range_pop func. Please input valid domain string.")
+            _warn("Invalid domain for mstx.range_pop func. Please input valid domain string.")
             return -1
         stack = _stack(domain)
         if not stack:
@@ -72,10 +83,10 @@ class mstx:
     @staticmethod
     def range_start(message: str, stream=None, domain: str = "default") -> int:
         if not message or not isinstance(message, str):
-            warnings.warn("Invalid message for mstx.range_start function. Please provide a valid message string.")
+            _warn("Invalid message for mstx.range_start function. Please provide a valid message string.")
             return 0
         if not domain or not isinstance(domain, str):
-            warnings.warn("Invalid domain for mstx.range_start func. Please input valid domain string.")
+            _warn("Invalid domain for mstx.range_start func. Please input valid domain string.")
             return 0
         if not _valid_stream(stream, "range_start"):
             return 0
@@ -84,11 +95,11 @@ class mstx:
     @staticmethod
     def range_end(range_id: int, domain: str = "default"):
         if not isinstance(range_id, int):
-            warnings.warn("Invalid message for mstx.range_end function. Please provide the return value from "
-                          "mstx.range_start.")
+            _warn("Invalid message for mstx.range_end function. Please provide the return value from "
+                  "mstx.range_start.")
             return
         if not domain or not isinstance(domain, str):
-            warnings.warn("Invalid domain for mstx.range_end func. Please input valid domain string.")
+            _warn("Invalid domain for mstx.range_end func. Please input valid domain string.")
 
     @staticmethod
     def mstx_range(message: str, stream=None, domain: str = "default"):
@@ -106,7 +117,8 @@ class annotate:
     """``with annotate("step"):`` -- a range around the block."""
 
     def __init__(self, message: str = "", stream=None, domain: str = "default"):
-        self.message, self.stream, self.domain, self.range_id = message, stream, domain, None
+        self.message, self.stream, self.domain = message, stream, domain
+        self.range_id: int | None = None
 
     def __enter__(self):
         self.range_id = mstx.range_start(self.message, self.stream, self.domain)

@@ -134,16 +134,16 @@ def set_deterministic_level(level) -> None:
     if level == 0 and enabled:
         warnings.warn("The current configuration value of 'torch_npu.npu.set_deterministic_level' conflicts with "
                       "'torch.use_deterministic_algorithms'. 'torch.use_deterministic_algorithms' has been "
-                      "configured to 'False'.")
+                      "configured to 'False'.", stacklevel=2)
         torch.use_deterministic_algorithms(False)
     elif level >= 1 and not enabled:
         warnings.warn("The current configuration value of 'torch_npu.npu.set_deterministic_level' conflicts with "
                       "'torch.use_deterministic_algorithms'. 'torch.use_deterministic_algorithms' has been "
-                      "configured to 'True'.")
+                      "configured to 'True'.", stacklevel=2)
         torch.use_deterministic_algorithms(True)
     _deterministic_level = int(level)
     warnings.warn("After using 'torch_npu.npu.set_deterministic_level', please do not use "
-                  "'torch.use_deterministic_algorithms' anymore, as it may cause unknown errors.")
+                  "'torch.use_deterministic_algorithms' anymore, as it may cause unknown errors.", stacklevel=2)
 
 
 def _get_deterministic_level() -> int:

@@ -15,8 +15,8 @@ import torch
 from ._utils import _checked_index, _native
 
 __all__ = [
-    "default_generators", "get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all",
-    "seed", "seed_all", "initial_seed",
+    "default_generators", "get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all", "manual_seed",
+    "manual_seed_all", "seed", "seed_all", "initial_seed",
 ]
 
 

@@ -9,6 +9,8 @@ torch 2.13's Stream/Event methods reject Event subclasses; ``isinstance(e, torch
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ._unemulated import module_getattr, placeholder_class
@@ -28,7 +30,7 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("npu", index), priority=priority)
 
     @classmethod
-    def _wrap(cls, base: torch.Stream) -> "Stream":
+    def _wrap(cls, base: torch.Stream) -> Stream:
         return cls(stream_id=base.stream_id, device_index=base.device_index, device_type=base.device_type)
 
     def __repr__(self):
@@ -70,8 +72,9 @@ class StreamContext:
     def __init__(self, stream_ctx):
         self.stream = stream_ctx
         self.idx = _get_device_index(None, optional=True)
-        self.src_prev_stream = None
-        self.dst_prev_stream = None
+        # the streams current on entry (set by __enter__ when it selects a stream)
+        self.src_prev_stream: Any = None
+        self.dst_prev_stream: Any = None
 
     def __enter__(self):
         cur = self.stream

@@ -5,7 +5,6 @@ import os
 import warnings
 from dataclasses import dataclass
 
-import torch
 
 from ascend_shim.sim import DEVICE_NAME
 from ._utils import _checked_index, _get_device_index, _native
@@ -216,7 +215,7 @@ def get_sync_debug_mode() -> int:
 
 def current_blas_handle():
     """As torch_npu: the NPU has no BLAS handle."""
-    warnings.warn("NPU does not use blas handle.")
+    warnings.warn("NPU does not use blas handle.", stacklevel=2)
     return None
 
 
@@ -232,4 +231,5 @@ def get_npu_overflow_flag():
 
 
 def clear_npu_overflow_flag() -> None:
-    warnings.warn("When soc_version >= Ascend910B1, clear_npu_overflow_flag is useless. Please remove it.")
+    warnings.warn("When soc_version >= Ascend910B1, clear_npu_overflow_flag is useless. Please remove it.",
+                  stacklevel=2)

@@ -11,6 +11,10 @@ import os
 import sys
 import time
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch.npu  # noqa: F401 - for mypy: registered into torch at run time (_device imports torch itself)
 
 __all__ = ["ErrCode", "pta_error", "ops_error", "dist_error", "graph_error", "prof_error"]
 

@@ -28,7 +28,7 @@ def _resolve_use_fa3():
         return False
     if HAS_FA3:
         from nanochat.common import COMPUTE_DTYPE
-        return COMPUTE_DTYPE == torch.bfloat16
+        return torch.bfloat16 == COMPUTE_DTYPE
     return False
 
 

@@ -6,7 +6,6 @@ into their input, as upstream does.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -26,8 +25,8 @@ def apply_rotary_emb_torch(x, cos, sin, interleaved=False):
     return torch.cat([x[..., :ro_dim] * c + rotate_half(x[..., :ro_dim], interleaved) * s, x[..., ro_dim:]], dim=-1)
 
 
-def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets: Union[int, Tensor] = 0,
-                     cu_seqlens: Optional[Tensor] = None, max_seqlen: Optional[int] = None):
+def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets: int | Tensor = 0,
+                     cu_seqlens: Tensor | None = None, max_seqlen: int | None = None):
     """x (B, S, H, D), or (total, H, D) with cu_seqlens; cos/sin (seqlen_ro, rotary_dim / 2)."""
     out = _rotary.apply(x, cos, sin, interleaved, seqlen_offsets, cu_seqlens)
     if inplace:
@@ -49,7 +48,7 @@ def _qk_views(qkv, num_heads_q):
 
 
 def apply_rotary_emb_qkv_(qkv, cos, sin, cos_k=None, sin_k=None, interleaved=False,
-                          seqlen_offsets: Union[int, torch.Tensor] = 0, num_heads_q: Optional[int] = None):
+                          seqlen_offsets: int | torch.Tensor = 0, num_heads_q: int | None = None):
     """Rotate Q and K of a packed qkv **in place**; returns qkv."""
     q, k = _qk_views(qkv, num_heads_q)
     cos_k = cos if cos_k is None else cos_k
@@ -61,7 +60,7 @@ def apply_rotary_emb_qkv_(qkv, cos, sin, cos_k=None, sin_k=None, interleaved=Fal
     return qkv
 
 
-def apply_rotary_emb_kv_(kv, cos, sin, interleaved=False, seqlen_offsets: Union[int, torch.Tensor] = 0):
+def apply_rotary_emb_kv_(kv, cos, sin, interleaved=False, seqlen_offsets: int | torch.Tensor = 0):
     """Rotate K of a packed kv (B, S, 2, Hk, D) **in place**; returns kv."""
     k = kv[:, :, 0]
     k.copy_(_rotary.apply(k, cos, sin, interleaved, seqlen_offsets, api="apply_rotary_emb_kv_"))
@@ -70,6 +69,13 @@ def apply_rotary_emb_kv_(kv, cos, sin, interleaved=False, seqlen_offsets: Union[
 
 class RotaryEmbedding(torch.nn.Module):
     """RoPE (RoFormer) with flash-attn's cos/sin cache; ``scale_base`` gives XPos as upstream."""
+
+    inv_freq: Tensor  # buffers
+    scale: Tensor | None
+    _cos_cached: Tensor | None  # built on first use
+    _sin_cached: Tensor | None
+    _cos_k_cached: Tensor | None
+    _sin_k_cached: Tensor | None
 
     def __init__(self, dim: int, base=10000.0, interleaved=False, scale_base=None, device=None):
         super().__init__()
@@ -107,9 +113,9 @@ class RotaryEmbedding(torch.nn.Module):
                 self._cos_k_cached = (torch.cos(freqs) / scale).to(dtype)
                 self._sin_k_cached = (torch.sin(freqs) / scale).to(dtype)
 
-    def forward(self, qkv: torch.Tensor, kv: Optional[torch.Tensor] = None,
-                seqlen_offset: Union[int, torch.Tensor] = 0, max_seqlen: Optional[int] = None,
-                num_heads_q: Optional[int] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, qkv: torch.Tensor, kv: torch.Tensor | None = None,
+                seqlen_offset: int | torch.Tensor = 0, max_seqlen: int | None = None,
+                num_heads_q: int | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Rotate qkv (or q and kv) **in place**, as upstream."""
         seqlen = qkv.shape[1]
         if max_seqlen is not None:

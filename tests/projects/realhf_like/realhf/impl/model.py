@@ -1,15 +1,14 @@
 """realhf's model-path CUDA patterns: jiterator created at import, a TorchScript helper calling torch.arange,
 @torch.compile, use_cuda()/current_device(), CUDA-graph storage annotation, flash_attn for non-CPU tensors."""
-from typing import Dict, Optional
 
 import torch
 
-try:
+try:  # noqa: SIM105  (realhf's optional import, as written there)
     from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 except ModuleNotFoundError:
     pass
 
-CUDA_GRAPH_STORAGE: Dict[str, torch.cuda.CUDAGraph] = dict()
+CUDA_GRAPH_STORAGE: dict[str, torch.cuda.CUDAGraph] = dict()
 swiglu_fwd = torch.cuda.jiterator._create_jit_fn("template <typename T> T swiglu_fwd(T x, T y) { return x; }")
 
 
@@ -24,7 +23,7 @@ def current_device():
 @torch.no_grad()
 @torch.jit.script
 def compute_varlen_position_indices(total_seqlen: int, cu_seqlens: torch.Tensor,
-                                    seqlen_offsets: Optional[torch.Tensor] = None) -> torch.Tensor:
+                                    seqlen_offsets: torch.Tensor | None = None) -> torch.Tensor:
     indexing_t = torch.arange(total_seqlen, dtype=torch.long, device=cu_seqlens.device).unsqueeze_(0)
     indexing_t = (cu_seqlens[:-1].unsqueeze(1) <= indexing_t) & (indexing_t < cu_seqlens[1:].unsqueeze(1))
     indices = indexing_t.cumsum(1) - 1

@@ -1,12 +1,17 @@
-"""Helpers shared by the Hugging Face stack's patch sets (transformers, accelerate, peft, trl, deepspeed, vllm)
-and the project sets: the real device answers, and errors for CUDA-only options.
+"""Is the NPU this process's accelerator, and the error for a CUDA-only option: shared by the patch sets of the
+Hugging Face stack (transformers, accelerate, trl) and of the projects (Twinkle).
 
-Those libraries support the NPU natively; their sets declare them ``native`` (see ``PatchSet.native``) so
-their own ``is_torch_npu_available()`` branches run instead of CUDA branches.
+Those libraries support the NPU natively; their sets declare them ``native`` (see ``PatchSet.native``) so their own
+``is_torch_npu_available()`` branches run instead of CUDA branches. These checks ask the real questions whoever
+calls them.
 """
 from __future__ import annotations
 
-REMOVE = "never while CUDA-targeted code must run unmodified on Ascend"
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ascend_shim.errors import UnsupportedOnNPUError
+    from ascend_shim.report import Report
 
 
 def real_cuda_available() -> bool:
@@ -34,7 +39,7 @@ def on_npu() -> bool:
     return npu_available() and not real_cuda_available()
 
 
-def unsupported(report, patch_id: str, feature: str, advice: str):
+def unsupported(report: Report, patch_id: str, feature: str, advice: str) -> UnsupportedOnNPUError:
     """Record and build the error for a CUDA-only option (the caller raises it)."""
     from ascend_shim.errors import UnsupportedOnNPUError
 

@@ -1,0 +1,282 @@
+"""torch.cuda's names on torch.npu: the npu functions called as torch.cuda's are called (CUDA's keywords, a CUDA
+device argument translated), properties with CUDA's fields, nvtx on mstx, and the CUDA-only facilities that raise a
+clear error when used."""
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ascend_shim.providers.device_wrappers import note, translate_device
+
+if TYPE_CHECKING:
+    from ascend_shim.context import PatchContext
+    from ascend_shim.report import Report
+
+# torch.cuda arguments some torch_npu releases lack, dropped because they cannot change the NPU's answer
+IGNORED_CUDA_ARGUMENTS = {
+    ("is_bf16_supported", "including_emulation"): "the NPU computes bf16 natively (torch_npu ignores it where it "
+                                                  "takes it)",
+}
+LEGACY_TENSORS = {"BFloat16Tensor": "bfloat16", "BoolTensor": "bool", "ByteTensor": "uint8", "CharTensor": "int8",
+                  "DoubleTensor": "float64", "FloatTensor": "float32", "HalfTensor": "float16",
+                  "IntTensor": "int32", "LongTensor": "int64", "ShortTensor": "int16"}
+
+
+def npu_attribute(ctx: PatchContext, name: str) -> Any:
+    """``torch.npu.<name>``; a name the backend knows but does not implement (the emulator raises
+    NotImplementedError for those) becomes a forwarder that raises that clear error when used."""
+    import torch
+
+    try:
+        return getattr(torch.npu, name)
+    except NotImplementedError:
+        def not_implemented(*args, **kwargs):
+            return getattr(torch.npu, name)  # raises the backend's own explanation
+
+        not_implemented.__name__ = not_implemented.__qualname__ = name
+        not_implemented.unavailable = True  # type: ignore[attr-defined]  # read by device_argument_function
+        return not_implemented
+    except AttributeError:
+        return ctx.need(torch.npu, name, "torch.npu")
+
+
+def cuda_callable(ctx: PatchContext, name: str, fn: Any) -> Any:
+    """``fn`` (``torch.npu.<name>``) callable as ``torch.cuda.<name>`` is called (``ctx.original``'s signature).
+
+    Where torch_npu names a positional argument differently (``get_device_name(device_name=None)``,
+    ``can_device_access_peer(device_id, peer_device_id)``), CUDA's keyword reaches the npu parameter at the same
+    position; a CUDA argument of :data:`IGNORED_CUDA_ARGUMENTS` that this release lacks is dropped. The result
+    shows CUDA's names in its signature (the device translation binds by them). ``fn`` itself when nothing
+    differs, so the common case costs nothing.
+    """
+    if isinstance(fn, type) or not callable(ctx.original):
+        return fn
+    try:
+        cuda_params = list(inspect.signature(ctx.original).parameters.values())
+        npu_signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+    npu_params = npu_signature.parameters
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in npu_params.values()):
+        return fn
+    positional = [p for p in npu_params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    cuda_names = {p.name for p in cuda_params}
+    renamed, dropped = {}, []
+    for index, param in enumerate(cuda_params):
+        if param.name in npu_params or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if (param.kind is param.POSITIONAL_OR_KEYWORD and index < len(positional)
+                and positional[index].kind is param.POSITIONAL_OR_KEYWORD and positional[index].name not in cuda_names):
+            renamed[param.name] = positional[index].name
+        elif (name, param.name) in IGNORED_CUDA_ARGUMENTS and index >= len(positional):
+            dropped.append(param)
+    if not renamed and not dropped:
+        return fn
+    keep = len(positional)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if dropped and keep < len(args) <= keep + len(dropped):  # dropped CUDA arguments given by position
+            args = args[:keep]
+        for cuda_name, npu_name in renamed.items():
+            if cuda_name in kwargs:
+                kwargs[npu_name] = kwargs.pop(cuda_name)
+        for param in dropped:
+            kwargs.pop(param.name, None)
+        return fn(*args, **kwargs)
+
+    as_cuda = {npu_name: cuda_name for cuda_name, npu_name in renamed.items()}
+    call.__signature__ = npu_signature.replace(parameters=[  # type: ignore[attr-defined]
+        *(p.replace(name=as_cuda.get(p.name, p.name)) for p in npu_params.values()),
+        *(p.replace(kind=p.POSITIONAL_OR_KEYWORD) for p in dropped)])
+    return call
+
+
+def device_argument_function(ctx: PatchContext, name: str, arg: str) -> Any:
+    """``torch.npu.<name>`` as ``torch.cuda.<name>``, its device argument ``arg`` translated (a class stays a
+    class); a name the backend does not implement raises its clear error when used."""
+    fn = npu_attribute(ctx, name)
+    if getattr(fn, "unavailable", False):
+        return fn
+    fn = cuda_callable(ctx, name, fn)
+    if isinstance(fn, type):  # stays a class: `torch.cuda.Stream | None` annotations, isinstance checks
+        new = translate_device(fn.__new__, f"torch.cuda.{name}", arg, ints=False)
+        return type(fn.__name__, (fn,), {"__new__": new, "__module__": fn.__module__,
+                                         "__qualname__": fn.__qualname__, "__doc__": fn.__doc__})
+    return translate_device(fn, f"torch.cuda.{name}", arg, ints=False)
+
+
+def capability(ctx: PatchContext) -> tuple[int, int]:
+    """The configured CUDA capability (ASCEND_SHIM_CUDA_CAPABILITY) as (major, minor)."""
+    major, minor = ctx.config.cuda_capability.split(".")
+    return int(major), int(minor)
+
+
+class CudaStyleProperties:
+    """NPU device properties with the fields CUDA code reads (major, minor, multi_processor_count ...)."""
+
+    def __init__(self, npu_props: Any, capability: tuple[int, int]):
+        self._npu = npu_props
+        self.major, self.minor = capability
+        self.name = getattr(npu_props, "name", "Ascend NPU")
+        self.total_memory = getattr(npu_props, "total_memory", 0)
+        # an Ascend AI core count stands in for the SM count (used for MFU estimates and grid sizing)
+        self.multi_processor_count = int(getattr(npu_props, "cube_core_num", 0) or
+                                         getattr(npu_props, "multi_processor_count", 0) or 0)
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+
+    def __getattr__(self, name):
+        return getattr(self._npu, name)
+
+    def __repr__(self):
+        return (f"_CudaStyleNPUProperties(name={self.name!r}, major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def device_properties(ctx: PatchContext) -> Callable:
+    """torch.cuda.get_device_properties giving the NPU's properties with CUDA's fields."""
+    import torch
+
+    from ascend_shim.devices import translate
+
+    npu_fn, cap = torch.npu.get_device_properties, capability(ctx)
+
+    def get_device_properties(device=None):
+        return CudaStyleProperties(npu_fn(translate(device, ints=False) if device is not None else None), cap)
+
+    return get_device_properties
+
+
+def nvtx_module(ctx: PatchContext) -> types.ModuleType:
+    """torch.cuda.nvtx whose calls go to torch.npu.mstx, or are recorded no-ops where there is none."""
+    import contextlib
+
+    import torch
+
+    try:
+        mstx = torch.npu.mstx
+    except Exception:  # absent, or "not emulated" on the sim backend
+        mstx = None
+    report = ctx.report
+    shim: Any = types.ModuleType("torch.cuda.nvtx", "NVTX calls routed to mstx or recorded (ascend_shim)")
+    depth = []
+
+    def _call(name, *args):
+        fn = getattr(mstx, name, None) if mstx is not None else None
+        if fn is not None:
+            return fn(*args)
+        report.fallback(f"torch.cuda.nvtx.{name}", "no mstx here: recorded no-op")
+        return None
+
+    def range_push(msg):
+        depth.append(msg)
+        _call("range_push", msg)
+        return len(depth) - 1
+
+    def range_pop():
+        _call("range_pop")
+        return len(depth) - 1 if depth and depth.pop() is not None else -1
+
+    shim.range_push, shim.range_pop = range_push, range_pop
+    shim.range_start = lambda msg: _call("range_start", msg) or 0
+    shim.range_end = lambda range_id: _call("range_end", range_id)
+    shim.mark = lambda msg: _call("mark", msg)
+
+    @contextlib.contextmanager
+    def range(msg, *args, **kwargs):
+        range_push(msg.format(*args, **kwargs))
+        try:
+            yield
+        finally:
+            range_pop()
+
+    shim.range = range
+    return shim
+
+
+@functools.cache  # one per name for the process: a class made per activation would leak
+def unsupported_object(name: str, feature: str, report: Report, patch_id: str) -> types.ModuleType:
+    from ascend_shim.errors import UnsupportedOnNPUError
+
+    advice = "Remove this call or guard it; ascend_shim cannot emulate it on Ascend."
+
+    def fail(*args, **kwargs):
+        report.unsupported(f"torch.cuda.{name}", feature)
+        raise UnsupportedOnNPUError(f"torch.cuda.{name} ({feature})", patch_id, advice)
+
+    class _Unsupported(types.ModuleType):
+        def __getattr__(self, attr):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            report.unsupported(f"torch.cuda.{name}.{attr}", feature)
+            raise UnsupportedOnNPUError(f"torch.cuda.{name}.{attr} ({feature})", patch_id, advice)
+
+        def __call__(self, *args, **kwargs):
+            return fail()
+
+    return _Unsupported(f"torch.cuda.{name}", f"unsupported on Ascend NPU: {feature}")
+
+
+@functools.cache  # one class per name for the process: a class made per activation would leak
+def legacy_tensor(name: str, dtype_name: str) -> type:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    cpu_type = getattr(torch, name)
+
+    class _Meta(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, torch.Tensor) and obj.dtype == dtype and obj.device.type == "npu"
+
+        def __call__(cls, *args, **kwargs):
+            return cpu_type(*args, **kwargs).to("npu")
+
+    return _Meta(name, (), {"__doc__": f"torch.cuda.{name} on the NPU ({dtype_name}, precision kept)",
+                            "dtype": dtype, "is_cuda": True})
+
+
+def npu_memory(ctx: PatchContext, name: str) -> Any:
+    """``torch.npu.memory.<name>``, or skip this patch (reported) where the backend lacks it."""
+    import torch
+
+    return ctx.need(torch.npu.memory, name, "torch.npu.memory")
+
+
+def _npu_type_name(value: Any) -> str | None:
+    """"torch.npu.HalfTensor" for "torch.cuda.HalfTensor" or the torch.cuda.HalfTensor class; else None."""
+    if isinstance(value, str):
+        prefix, _, name = value.rpartition(".")
+        return f"torch.npu.{name}" if prefix == "torch.cuda" and name in LEGACY_TENSORS else None
+    type_name = getattr(value, "__name__", None)
+    if type_name in LEGACY_TENSORS and getattr(value, "is_cuda", False) is True and isinstance(value, type):
+        return f"torch.npu.{type_name}"
+    return None
+
+
+def tensor_type(ctx: PatchContext) -> Callable:
+    """Tensor.type reading and converting CUDA tensor types as the NPU's, caller-aware."""
+    from ascend_shim.callers import caller_is_native
+
+    original = ctx.original
+
+    @functools.wraps(original)
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None:
+            name = original(self, **kwargs) if kwargs else original(self)
+            if name.startswith("torch.npu.") and not caller_is_native(2):
+                cuda_name = "torch.cuda." + name[len("torch.npu."):]
+                note("Tensor.type", "type", name, cuda_name)
+                return cuda_name
+            return name
+        new = _npu_type_name(dtype)
+        if new is not None:
+            note("Tensor.type", "dtype", dtype if isinstance(dtype, str) else f"torch.cuda.{dtype.__name__}", new)
+            dtype = new
+        return original(self, dtype, non_blocking, **kwargs)
+
+    return type
