@@ -1,6 +1,8 @@
-"""The environment a test's child process starts from: this one without the shim's settings (each test sets the
-ones it means), except the emulator layer the session runs on (the lane: builtin or real)."""
+"""How a test starts a child process: from this environment without the shim's settings (each test sets the ones
+it means), except the emulator layer the session runs on (the lane: builtin or real); and how a reference run
+without the shim gets past plain torch's own exit race."""
 import os
+import subprocess
 
 LANE = "ASCEND_SHIM_SIM_LAYER"
 
@@ -10,3 +12,20 @@ def shim_free_env(*also_drop: str) -> dict[str, str]:
     ``also_drop`` (``"CUDA_VISIBLE"``, ``"ASCEND_RT"`` ...)."""
     drop = ("ASCEND_SHIM", *also_drop)
     return {k: v for k, v in os.environ.items() if not k.startswith(drop) or k == LANE}
+
+
+# Plain torch aborts a process now and then at interpreter exit: a c10d or autograd thread still dropping a
+# finished job's tensors needs the GIL while the interpreter finalizes, and dies without it
+# (pytorch/pytorch#179291). The emulator gives such threads their turn before exit; a CPU reference run without
+# the shim has nothing to do so.
+TORCH_EXIT_RACE = "terminate called without an active exception"
+
+
+def run_plain_torch(cmd: list[str], *, attempts: int = 2, **kwargs) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(cmd, capture_output=True, text=True, **kwargs)`` for a reference run without the shim,
+    run again (up to ``attempts`` in all) when it failed only by torch's exit race."""
+    for _attempt in range(attempts):
+        proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+        if proc.returncode == 0 or TORCH_EXIT_RACE not in proc.stderr:
+            break
+    return proc

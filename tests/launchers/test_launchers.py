@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tests.subprocess_env import shim_free_env
+from tests.subprocess_env import run_plain_torch, shim_free_env
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
@@ -48,14 +48,9 @@ def _outputs(out_dir, n):
 def cpu_weight_sum(tmp_path_factory):
     """The same job on the CPU with gloo, without the shim: what every NPU rank must end with."""
     out = tmp_path_factory.mktemp("cpu")
-    for _attempt in range(3):
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                               "--master_port", str(_free_port()), "train_ddp.py", str(out)],
-                              cwd=FIXTURES, env=_env(), capture_output=True, text=True, timeout=300)
-        # plain torch's own exit race (a c10d thread still joinable at interpreter exit) aborts a worker now
-        # and then on a loaded machine; this reference run has no shim in it, so a rerun is the fair answer
-        if proc.returncode == 0 or "terminate called without an active exception" not in proc.stderr:
-            break
+    proc = run_plain_torch([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                            "--master_port", str(_free_port()), "train_ddp.py", str(out)],
+                           attempts=3, cwd=FIXTURES, env=_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cpu = _outputs(out, 2)
     assert [r["gpu_branch"] for r in cpu] == [False, False] and cpu[0]["device"] == "cpu"

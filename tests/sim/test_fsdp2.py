@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.subprocess_env import shim_free_env
+from tests.subprocess_env import run_plain_torch, shim_free_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "fsdp2_tied_gpt.py")
@@ -34,8 +34,11 @@ def _run(simulate: bool) -> str:
                OMP_NUM_THREADS="1")
     torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
                 "--master_port", str(_free_port()), SCRIPT]
-    cmd = [sys.executable, *(["-m", "ascend_shim", "run", "--simulate"] if simulate else []), *torchrun]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT, cwd=REPO)
+    if simulate:
+        proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", *torchrun],
+                              capture_output=True, text=True, env=env, timeout=TIMEOUT, cwd=REPO)
+    else:
+        proc = run_plain_torch([sys.executable, *torchrun], env=env, timeout=TIMEOUT, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     assert "ALL_DONE" in proc.stdout, proc.stdout[-4000:]
     failed = re.findall(r"^CHECK (\S+) FAIL.*$", proc.stdout, flags=re.M)
