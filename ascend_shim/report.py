@@ -156,6 +156,16 @@ class Report:
             if text not in self.notes:
                 self.notes.append(text)
 
+    def set_note(self, key: str, text: str) -> None:
+        """The one note beginning with ``key`` (a note kept up to date as the run goes): replaced by ``text``,
+        which begins with ``key`` too, or added."""
+        with self._lock:
+            mine = [i for i, n in enumerate(self.notes) if n.startswith(key)]
+            if mine:
+                self.notes[mine[0]] = text
+            else:
+                self.notes.append(text)
+
     def _call_site(self, frame) -> tuple[str, int]:
         """The first frame from ``frame`` up that is not ascend_shim, a patch module, torch or a stdlib wrapper."""
         if self._prefixes is None:

@@ -246,9 +246,9 @@ class _Config:
     def describe(self) -> str:
         """The report's note on the user's code: the rule, and the roots user modules were loaded from so far."""
         if self.roots:
-            rule = "user code: files under " + ", ".join(self.roots)
+            rule = f"{USER_CODE_NOTE}files under " + ", ".join(self.roots)
         else:
-            rule = ("user code: every file outside the environment (" + ", ".join(self.prefixes)
+            rule = (f"{USER_CODE_NOTE}every file outside the environment (" + ", ".join(self.prefixes)
                     + ", site-packages, ascend_shim, torch)")
         if self.packages:
             rule += "; packages " + ", ".join(self.packages)
@@ -280,12 +280,12 @@ class _Config:
         for _ in range(depth):
             root = os.path.dirname(root)
         if root not in self.seen_roots:
-            old = self.describe()
             self.seen_roots[root] = None
-            _replace_note(old, self.describe())
+            REPORT.set_note(USER_CODE_NOTE, self.describe())
 
 
-#: how the report's note on libraries begins
+#: how the report's notes on the user's code and on libraries begin
+USER_CODE_NOTE = "user code: "
 LIBRARIES_NOTE = "libraries treated as CUDA code (not NPU-native: told CUDA is available, comparisons rewritten)"
 
 
@@ -299,22 +299,7 @@ def _library_rewritten(name: str, sites: int) -> None:
         counts[0] += 1
         counts[1] += sites
         text = config.describe_libraries()
-    with REPORT._lock:
-        notes = REPORT.notes
-        mine = [i for i, n in enumerate(notes) if n.startswith(LIBRARIES_NOTE)]
-        if mine:
-            notes[mine[0]] = text
-        else:
-            notes.append(text)
-
-
-def _replace_note(old: str, new: str) -> None:
-    with REPORT._lock:
-        notes = REPORT.notes
-        if old in notes:
-            notes[notes.index(old)] = new
-        elif new not in notes:
-            notes.append(new)
+    REPORT.set_note(LIBRARIES_NOTE, text)
 
 
 class RewriteFinder(importlib.abc.MetaPathFinder):
@@ -352,7 +337,7 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
 
 
 _finder: RewriteFinder | None = None
-_last_config: _Config | None = None  # whose note the report carries (one note: the latest rule)
+_last_config: _Config | None = None  # the rule installed last (a new one keeps its count of rewritten libraries)
 
 
 def install(roots, packages=()) -> None:
@@ -380,7 +365,6 @@ def install(roots, packages=()) -> None:
                               "torch_npu and ascend_shim are never rewritten)")
     config = _Config([os.fspath(r) for r in roots], packages)
     with _lock:
-        old_note = _last_config.describe() if _last_config is not None else ""
         if _last_config is not None:
             config.libraries = _last_config.libraries  # rewritten in this process already: still reported
         if _finder is None:
@@ -389,7 +373,7 @@ def install(roots, packages=()) -> None:
             _finder.config = config
         import_system.install("rewrite", _finder)
         runpy.run_path = _run_path_hook
-        _replace_note(old_note, config.describe())
+        REPORT.set_note(USER_CODE_NOTE, config.describe())
         _last_config = config
 
 
