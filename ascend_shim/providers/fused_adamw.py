@@ -6,11 +6,19 @@ NpuFusedAdamW combines every parameter's gradient into a flat buffer at its firs
 ``.grad`` tensors the fused step never reads, and training silently stops updating. ``optimizer.zero_grad(
 set_to_none=True)`` raises ``ValueError`` on the real class.
 
-:func:`fused_adamw_class` subclasses the (real or emulated) class: ``zero_grad`` always zeroes in place, and a
-step first copies a replaced ``.grad`` into the combined gradient it captured (then re-points ``.grad`` at it).
-The update itself is the fused kernel's, the same numbers as ``torch.optim.AdamW``.
+:func:`fused_adamw_class` subclasses the (real or emulated) class: ``zero_grad`` always zeroes in place, and once
+the gradients are combined, a backward that writes a new ``.grad`` has it copied into the combined gradient at once
+(a post-accumulate-grad hook, which then re-points ``.grad`` at it); a step does the same for a ``.grad`` replaced
+by other code. Not at the step alone: torch_npu's ``GradScaler.unscale_`` (the one accelerate uses on the NPU)
+unscales and inf-checks the optimizer's combined buffers, not ``.grad``, before the step -- a new ``.grad`` would
+stay scaled (``clip_grad_norm_`` clipping the scaled gradients) and an overflow in it unseen, while the stale
+buffer's inf from a skipped first step would skip every later step. The update itself is the fused kernel's, the
+same numbers as ``torch.optim.AdamW``.
 """
 from __future__ import annotations
+
+import functools
+import weakref
 
 FUSED_DTYPES = ("float32", "float16")
 _cache: dict = {}
@@ -44,15 +52,43 @@ def fused_adamw_class():
                         ref.copy_(g)
                     p.grad = ref
             loss = super().step(closure)
-            if refs is None and getattr(self, "is_params_grads_combined", False):
-                self._shim_grad_refs = [(p, p.grad) for group in self.param_groups for p in group["params"]
-                                        if p.grad is not None]
+            self._shim_keep_grads()
             return loss
+
+        def _maybe_init_combined_params_and_grads(self):
+            """torch_npu's combining, which its GradScaler's ``unscale_`` may run before any step (a skipped one):
+            the gradients must stay on the buffers from then on."""
+            super()._maybe_init_combined_params_and_grads()
+            self._shim_keep_grads()
+
+        def _shim_keep_grads(self):
+            """Once combined: capture the combined gradients and hook each parameter so that a new ``.grad`` from
+            backward goes into its combined gradient before anything (GradScaler, clipping, DDP) reads it."""
+            if "_shim_grad_refs" in self.__dict__ or not getattr(self, "is_params_grads_combined", False):
+                return
+            refs = [(p, p.grad) for group in self.param_groups for p in group["params"] if p.grad is not None]
+            self._shim_grad_refs = refs
+            handles = [p.register_post_accumulate_grad_hook(functools.partial(_into_combined, ref)) for p, ref in refs]
+            weakref.finalize(self, _remove_hooks, handles)
 
     ShimNpuFusedAdamW.__module__ = NpuFusedAdamW.__module__
     ShimNpuFusedAdamW.__qualname__ = ShimNpuFusedAdamW.__name__ = "NpuFusedAdamW"
     _cache[NpuFusedAdamW] = ShimNpuFusedAdamW
     return ShimNpuFusedAdamW
+
+
+def _into_combined(ref, p) -> None:
+    """Post-accumulate-grad hook: a ``.grad`` backward allocated (after ``set_to_none``) goes into ``ref``, the
+    combined gradient the fused optimizer reads, and ``.grad`` is ``ref`` again; later backwards accumulate in it."""
+    g = p.grad
+    if g is not ref and g is not None:
+        ref.copy_(g)
+        p.grad = ref
+
+
+def _remove_hooks(handles) -> None:
+    for handle in handles:
+        handle.remove()
 
 
 def params_of(params) -> list:

@@ -1,12 +1,17 @@
 """Hugging Face trainers on Huawei's torch_npu Python: TRL's own ``sft.py`` with ``flash_attention_2`` (transformers'
 own NPU path onto torch_npu's fused attention) trains with the losses of the builtin layer and of a CPU run; the HF
-``Trainer`` under torchrun x2 over hccl trains as on the builtin layer."""
+``Trainer`` under torchrun x2 over hccl trains as on the builtin layer, and with the fused AdamW and fp16 logs
+the grad_norms of the builtin layer and of a CPU run."""
+import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
+
+from tests.subprocess_env import run_plain_torch, shim_free_env
 
 from .conftest import REPO, free_port, run_shim
 
@@ -62,3 +67,45 @@ def test_hf_trainer_torchrun_two_npus_over_hccl_like_builtin(prepared, tmp_path)
         return out.read_text()
 
     assert run("real") == run("builtin")
+
+
+def _cpu_copy(script: str, dest) -> str:
+    """``script`` as its CPU reference: gloo, no ``.cuda()``/``set_device``, ``use_cpu=True`` (and no tf32 or pinned
+    memory, which need CUDA)."""
+    text = pathlib.Path(script).read_text()
+    for cuda, cpu in [('dist.init_process_group("nccl")', 'dist.init_process_group("gloo")'),
+                      ("torch.cuda.set_device(local_rank)", "pass"), ("\nmodel.cuda()\n", "\n"),
+                      ('ddp_backend="nccl", dataloader_pin_memory=True, tf32=True',
+                       'ddp_backend="gloo", dataloader_pin_memory=False, use_cpu=True')]:
+        assert text.count(cuda) == 1, cuda
+        text = text.replace(cuda, cpu)
+    dest.write_text(text)
+    return str(dest)
+
+
+def test_hf_trainer_torchrun_fused_adamw_fp16_grad_norms_like_builtin_and_cpu(prepared, tmp_path):
+    """optim='adamw_torch_fused' (the NPU's NpuFusedAdamW) with fp16: Huawei's GradScaler unscales the fused
+    optimizer's combined buffers, so the grad_norm the Trainer logs (and clips by) is the unscaled one at every step
+    only if each step's new ``.grad`` reaches them (it was x65536, the loss scale, from step 2)."""
+    script = os.path.join(HF_SCRIPTS, "trainer_ddp.py")
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+
+    def run(layer):
+        out = tmp_path / f"{layer}.json"
+        done = run_shim(layer, *torchrun, "--master_port", str(free_port()), script, str(out), "adamw_torch_fused",
+                        env=OFFLINE, cwd=tmp_path)
+        assert done.returncode == 0, f"{layer}: " + done.stderr[-4000:]
+        return json.loads(out.read_text())
+
+    real, builtin = run("real"), run("builtin")
+    env = shim_free_env()
+    env.update(OFFLINE)
+    cpu = run_plain_torch([sys.executable, *torchrun, "--master_port", str(free_port()),
+                           _cpu_copy(script, tmp_path / "trainer_cpu.py"), str(tmp_path / "cpu.json"),
+                           "adamw_torch_fused"], env=env, cwd=tmp_path, timeout=600)
+    assert cpu.returncode == 0, cpu.stderr[-4000:]
+    reference = json.loads((tmp_path / "cpu.json").read_text())["grad_norms"]
+    assert real["optimizer"] == builtin["optimizer"] == "NpuFusedAdamW"
+    assert len(real["grad_norms"]) == 4
+    assert real["grad_norms"] == pytest.approx(builtin["grad_norms"], rel=1e-5)
+    assert real["grad_norms"] == pytest.approx(reference, rel=1e-2)  # fp16 noise, not the 65536 of the loss scale

@@ -1,7 +1,7 @@
 """Seed-004 style torchrun Trainer job, written for CUDA: nccl, model.cuda(), fp16, pinned memory, tf32.
 
 Run: torchrun --nproc_per_node 2 trainer_ddp.py OUT.json [optim]
-Writes (rank 0) the loss curve, devices and a weight digest per rank to OUT.json.
+Writes (rank 0) the loss and grad_norm curves, devices and a weight digest per rank to OUT.json.
 """
 import json
 import os
@@ -32,12 +32,14 @@ ids = torch.randint(0, 64, (32, 16), generator=g).tolist()
 train = Dataset.from_dict({"input_ids": ids, "labels": ids})
 
 losses = []
+grad_norms = []  # as logged: after GradScaler's unscale_, before clipping
 
 
 class Record(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kw):
         if logs and "loss" in logs:
             losses.append(logs["loss"])
+            grad_norms.append(logs.get("grad_norm"))
 
 
 args = TrainingArguments(
@@ -58,7 +60,7 @@ all_devices = [None] * dist.get_world_size()
 dist.all_gather_object(all_devices, devices)
 if dist.get_rank() == 0:
     result = {
-        "losses": losses, "devices": all_devices, "world": dist.get_world_size(),
+        "losses": losses, "grad_norms": grad_norms, "devices": all_devices, "world": dist.get_world_size(),
         "backend_seen_by_user": dist.get_backend(), "backend_config": str(dist.get_backend_config()),
         "max_rank_weight_diff": max((gathered[0] - t).abs().max().item() for t in gathered),
         "flat_device": str(flat.device),
