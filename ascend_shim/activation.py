@@ -43,6 +43,7 @@ class _State:
         self.unswept: list[patching.Change] = []  # changes whose `from x import y` copies are not rebound yet
         self.env_backup: dict[str, str | None] = {}
         self.print_summary = True
+        self.bring_up_failed = ""  # why the device did not come up when torch was imported ("" while it is up)
 
 
 _state = _State()
@@ -159,6 +160,11 @@ def _on_import(module_name: str, generation: int, module) -> None:
         if not _state.active or _state.config is None or _state.generation != generation:
             return
         patches, config, backend = list(_state.selected.get(module_name, [])), _state.config, _state.backend
+        failed = _state.bring_up_failed
+    if failed:  # the patches map onto a device that is not there: the bring-up error says it, once
+        for patch in patches:
+            REPORT.record_patch(patch, "skipped", f"backend {backend} did not come up ({failed})")
+        return
     _apply_all(patches, config, backend, sweep=False)  # swept once the whole group of hooks has run
 
 
@@ -177,6 +183,9 @@ def _on_torch_import(generation: int, module) -> None:
         backend_mod.bring_up(device_backend, layer)
     except Exception as exc:
         REPORT.note(f"backend {backend} failed to come up: {type(exc).__name__}: {exc}")
+        with _lock:
+            if _state.generation == generation:
+                _state.bring_up_failed = describe_exception(exc)
         raise
     REPORT.note(f"backend {backend} is up")
 
@@ -254,6 +263,8 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         REPORT.reset()
         REPORT.backend = chosen
         REPORT.sim_layer = layer
+        if layer == "builtin" and config.sim_layer == "auto":
+            _note_stale_real_layer()
         for name, error in ep_errors:
             REPORT.note(f"entry point {name} could not be loaded: {error}")
             if config.strict:
@@ -266,6 +277,7 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         _state.selected = defaultdict(list)
         _state.projects = {s.id: s.project for s in sets if s.project is not None}
         _state.undos = []
+        _state.bring_up_failed = ""
         _state.active = True
         generation = _state.generation
         try:
@@ -306,6 +318,16 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
             _atexit_registered = True
         exit_signals.install(_at_exit)  # a process ended by SIGTERM / SIGINT runs no atexit
         log.info("ascend_shim active (backend %s, %d patch sets)", chosen, len(sets))
+
+
+def _note_stale_real_layer() -> None:
+    """Under ``auto``, a real layer prepared by another version of the shim is passed over for the builtin one: the
+    report says so, with the fix."""
+    from .real_layer import prepared_state
+
+    _, kind, why = prepared_state()
+    if kind == "stale":
+        REPORT.note(f"{why}: the builtin layer ran instead; `ascend-shim fetch-torch-npu` prepares it again")
 
 
 def _warn_if_other_settings(**asked) -> None:

@@ -36,15 +36,13 @@ def resolve_layer(backend: str, layer: str) -> str:
         return ""
     if layer == "builtin":
         return "builtin"
-    from .real_layer import find_prepared
-    from .versions import base, installed_version
+    from .real_layer import find_prepared, prepared_problem
 
     if find_prepared() is not None:
         return "real"
     if layer == "real":
-        raise ConfigError(f"ASCEND_SHIM_SIM_LAYER=real: Huawei's torch_npu {base(installed_version('torch') or '?')} "
-                          f"is not prepared "
-                          f"for the emulated NPU; run `python -m ascend_shim fetch-torch-npu` first (or "
+        why = prepared_problem() or "Huawei's torch_npu is not prepared"
+        raise ConfigError(f"ASCEND_SHIM_SIM_LAYER=real: {why}; run `python -m ascend_shim fetch-torch-npu` (or "
                           f"`--wheel PATH` on an offline machine)")
     return "builtin"
 

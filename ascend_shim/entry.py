@@ -92,7 +92,28 @@ def _without_shim_frames(tb):
     return out
 
 
+def _bring_up_error(exc: BaseException | None):
+    """The :class:`~ascend_shim.errors.BringUpError` behind ``exc`` (torch wraps what fails in its backend autoload
+    in a RuntimeError of its own), or None."""
+    from .errors import BringUpError
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, BringUpError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _excepthook(etype, value, tb):
+    bring_up = _bring_up_error(value) if isinstance(value, BaseException) else None
+    if bring_up is not None:  # the device never came up: the cause and the fix, one line, nothing to sum up
+        from .activation import set_summary_printing
+
+        set_summary_printing(False)
+        print(f"ascend_shim: ERROR: {bring_up}", file=sys.stderr)
+        return
     if isinstance(value, BaseException) and value.__traceback__ is not None:
         tb = user_traceback(value)
         value.__traceback__ = tb

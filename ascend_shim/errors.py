@@ -14,6 +14,13 @@ class StrictModeError(ShimError):
     """A patch could not apply and ``ASCEND_SHIM_STRICT=1`` turns that skip into an error."""
 
 
+class BringUpError(ShimError):
+    """The device could not come up (Huawei's torch_npu over the emulated NPU, damaged or failing): the message
+    names the cause and the fix. A program it ends shows it as one line, ``ascend_shim: ERROR: <message>``, not
+    as a traceback (nor as torch's "Failed to load the backend extension" that wraps it during ``import torch``).
+    """
+
+
 class UnsupportedOnNPUError(ShimError, NotImplementedError):
     """A CUDA feature with no NPU equivalent was used; the message names the feature, the patch and a way out."""
 

@@ -6,6 +6,8 @@
 played by :mod:`.native` (runtime, memory, streams, RNG), :mod:`.c10d` (``ProcessGroupHCCL``) and :mod:`.ops`
 (the ``npu::`` op library) over the emulator's device core.
 """
-from .loader import disable, enable, enabled_site, find_prepared, native_layer_built, prepared_metadata
+from .loader import (disable, enable, enabled_site, find_prepared, native_layer_built, prepared_metadata,
+                     prepared_problem, prepared_state)
 
-__all__ = ["enable", "disable", "enabled_site", "find_prepared", "prepared_metadata", "native_layer_built"]
+__all__ = ["enable", "disable", "enabled_site", "find_prepared", "prepared_problem", "prepared_state",
+           "prepared_metadata", "native_layer_built"]

@@ -303,6 +303,28 @@ def test_real_layer_asked_for_but_not_prepared_fails_with_the_fix(make, monkeypa
     assert "fetch-torch-npu" in layer.fix
 
 
+def test_real_layer_files_changed_since_prepared_block_with_the_fix(make, tmp_path, monkeypatch):
+    """Every file is hashed: a change the run's own check before import (file list and sizes) cannot see too."""
+    from ascend_shim.real_layer import prepare
+    from ascend_shim.versions import base, installed_version
+
+    from tests.real_layer.test_prepare import _wheel
+
+    monkeypatch.setenv("ASCEND_SHIM_TORCH_NPU_DIR", str(tmp_path / "cache"))
+    where = prepare.prepare(_wheel(tmp_path / "w.whl", base(installed_version("torch"))))
+    e = make(env={"ASCEND_SHIM_SIM_LAYER": "real"}, simulate=True)
+    _, checks, code = run(e)
+    assert one(checks, "sim-layer").verdict == "ok" and code == 0
+    version = where / "site" / "torch_npu" / "version.py"
+    version.write_text(version.read_text().replace("__version__", "__VERSION__"))  # same size
+    (version.parent / "planted.py").write_text("")
+    _, checks, code = run(e)
+    layer = one(checks, "sim-layer")
+    assert layer.verdict == "FAIL" and code == 1
+    assert "torch_npu/planted.py is not part of the package; torch_npu/version.py has changed" in layer.message
+    assert "fetch-torch-npu" in layer.fix
+
+
 def test_main_json_and_text(make, capsys):
     e = make(env={"HCCL_IF_IP": "not-an-ip"})
     assert doctor.main(["--json"], environment=e) == 1

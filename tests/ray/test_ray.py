@@ -150,3 +150,33 @@ print(json.dumps({"npus": npus, **out}))
         assert out["available"] is True and out["device"] == "npu:0" and out["visible"] is not None
         assert out["override"] is None
         assert out["losses"] == pytest.approx(cpu_losses(), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_task_that_holds_a_torch_cuda_function_comes_up_quietly_on_the_real_layer(tmp_path):
+    """The task pickles the shim's torch.cuda.synchronize (a wrapper named after torch_npu's) by value: the worker's
+    first import is then torch_npu, before torch. The shim's torch patches wait until torch.npu exists (they failed,
+    71 of them, each with a warning line in the driver's output)."""
+    from ascend_shim.real_layer import find_prepared
+
+    assert find_prepared() is not None, "run `python -m ascend_shim fetch-torch-npu` (the README's test command does)"
+    out, proc = run_driver(tmp_path, '''
+import json, sys
+import ray, torch
+
+sync = torch.cuda.synchronize
+
+@ray.remote
+def task():
+    sync()
+    import torch
+    from ascend_shim.report import REPORT
+    failed = [pid for pid, info in REPORT.patches.items() if info["status"] == "failed"]
+    return {"device": str(torch.ones(1, device="cuda").device), "failed": failed,
+            "patched": __import__("ascend_shim").is_patched("torch.cuda.current_device")}
+
+ray.init(num_cpus=1, include_dashboard=False)
+print(json.dumps(ray.get(task.remote(), timeout=180)))
+''', ASCEND_SHIM_SIM_LAYER="real")
+    assert out == {"device": "npu:0", "failed": [], "patched": True}
+    assert "failed while applying" not in proc.stderr

@@ -1,7 +1,9 @@
 """``fetch-torch-npu``: what a prepared package holds (Huawei's Python, no native code), the yaml it reads, and that
 nothing outside the shim sees it."""
+import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import zipfile
@@ -48,7 +50,7 @@ def test_a_prepared_wheel_keeps_the_python_and_leaves_out_native_code(tmp_path, 
     where = prepare.prepare(_wheel(tmp_path / "torch_npu-9.9.0-py3-none-any.whl"))
     assert where == tmp_path / "cache" / "9.9.0"
     site = where / "site"
-    kept = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
+    kept = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert kept == ["torch_npu-9.9.0.dist-info/METADATA", "torch_npu/__init__.py",
                     "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml", "torch_npu/lib/libop_plugin_atb.so",
                     "torch_npu/version.py"]
@@ -110,3 +112,60 @@ def test_activation_on_a_package_no_longer_prepared_says_so(monkeypatch):
     with pytest.raises(ConfigError, match="no longer prepared; run `python -m ascend_shim fetch-torch-npu`"):
         backend.prepare("sim", "real")
     assert loader.enabled_site() is None
+
+
+def test_prepare_records_every_file_and_sets_its_modes_whatever_the_umask(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASCEND_SHIM_TORCH_NPU_DIR", str(tmp_path / "cache"))
+    old = os.umask(0o002)  # a group-writable default (as on shared machines)
+    try:
+        where = prepare.prepare(_wheel(tmp_path / "w.whl"))
+    finally:
+        os.umask(old)
+    meta = json.loads((where / "prepared.json").read_text())
+    site = where / "site"
+    files = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert sorted(meta["files"]) == files and meta["file_count"] == len(files) == 5
+    for name, record in meta["files"].items():
+        data = (site / name).read_bytes()
+        assert record == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert list((site / "torch_npu" / "__pycache__").glob("version.*.pyc"))  # compiled, as pip does on install
+    for path in [where, *where.rglob("*")]:
+        assert stat.S_IMODE(path.stat().st_mode) == (0o755 if path.is_dir() else 0o644), path
+    assert prepare.check_files(where, meta) == [] and prepare.check_files(where, meta, full=True) == []
+    loader._check_safe(where)  # what enable() refuses: nothing
+
+
+def test_check_files_names_what_changed_since_it_was_prepared(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASCEND_SHIM_TORCH_NPU_DIR", str(tmp_path / "cache"))
+    where = prepare.prepare(_wheel(tmp_path / "w.whl"))
+    meta = json.loads((where / "prepared.json").read_text())
+    site = where / "site" / "torch_npu"
+    (site / "__init__.py").unlink()
+    (site / "version.py").write_text((site / "version.py").read_text().replace("9", "8"))  # same size
+    (site / "planted.py").write_text("")
+    (site / "notes.txt").write_text("")  # not importable: not a problem
+    os.chmod(site / "lib", 0o777)
+    quick = ["torch_npu/lib is writable by others (mode 0o777)", "torch_npu/__init__.py is missing",
+             "torch_npu/planted.py is not part of the package"]
+    assert prepare.check_files(where, meta) == quick
+    assert prepare.check_files(where, meta, full=True) == quick + ["torch_npu/version.py has changed"]
+
+
+def test_a_package_prepared_by_an_older_shim_is_prepared_again_with_a_clear_message(tmp_path, monkeypatch, capsys):
+    from ascend_shim import backend
+    from ascend_shim.versions import base, installed_version
+
+    monkeypatch.setenv("ASCEND_SHIM_TORCH_NPU_DIR", str(tmp_path / "cache"))
+    version = base(installed_version("torch"))
+    where = prepare.prepare(_wheel(tmp_path / "w.whl", version))
+    meta = json.loads((where / "prepared.json").read_text())
+    (where / "prepared.json").write_text(json.dumps({**meta, "format": prepare.FORMAT - 1}))
+    assert loader.find_prepared() is None
+    _, kind, why = loader.prepared_state()
+    assert kind == "stale" and f"prepared by an older version of ascend_shim (format {prepare.FORMAT - 1}" in why
+    with pytest.raises(ConfigError, match="older version of ascend_shim .*; run `python -m ascend_shim fetch-torch-"):
+        backend.resolve_layer("sim", "real")
+    assert backend.resolve_layer("sim", "auto") == "builtin"
+    capsys.readouterr()
+    assert prepare.prepare(_wheel(tmp_path / "w.whl", version)) == where
+    assert "replacing" in capsys.readouterr().err and loader.find_prepared() == where
