@@ -15,22 +15,26 @@ Three kinds of names:
 from __future__ import annotations
 
 import enum
+import hashlib
+import itertools
 import os
 import re
 import sys
 import time
 import types
+import uuid
 from collections.abc import Callable
 
 import torch
 
 from .. import sim
-from ..sim import DEVICE_NAME, _extension, ipc
+from ..sim import DEVICE_NAME, _device_index, _extension, ipc, memory_stats
+from . import streams
 from .prepare import CANN_VERSION
 
 #: Ascend910B3 in torch_npu's SocVersion table (``torch_npu/npu/utils.py``)
 SOC_VERSION = 224
-CHILDREN = ("_profiler", "_distributed_c10d", "_cd", "_logging", "_flops_count", "_npurt")
+CHILDREN = ("_profiler", "_distributed_c10d", "_cd", "_logging", "_flops_count", "_npurt", "_mstx")
 
 
 class NotEmulatedError(NotImplementedError):
@@ -111,11 +115,7 @@ C.provide("_npu_set_run_yet_variable_to_false", lambda: None)
 C.provide("_npu_is_jit_compile_false", lambda: True)
 C.provide("_npu_set_call_state", lambda *a, **k: None)
 C.provide("_npu_set_module_train_state", lambda *a, **k: None)
-C.provide("_npu_hostEmptyCache", lambda: None)
-C.provide("_npu_emptyCache", lambda *a, **k: None)
 C.provide("_npu_isCurrentStreamCapturing", lambda: False)
-C.provide("_npu_getCurrentRawStream", lambda device_index=None: 0)
-C.provide("_npu_getCurrentRawStreamNoWait", lambda device_index=None: 0)
 _OPTIONS: dict[str, str] = {}
 C.provide("_npu_setOption", lambda options: _OPTIONS.update({str(k): str(v) for k, v in dict(options).items()}))
 C.provide("_npu_getOption", lambda name: None if str(name) not in _OPTIONS else _OPTIONS[str(name)].encode())
@@ -150,14 +150,16 @@ def _init_extension():
 # -- devices ------------------------------------------------------------------------------------------------
 @C.provide("_npu_init")
 def _npu_init():
-    """First use of the runtime: the generators of every visible device become torch_npu's."""
+    """First use of the runtime: the visible devices are fixed, their generators become torch_npu's."""
     import torch_npu
 
     native = _native()
+    _device_index.device_count()
+    native.fix_device_count()
     torch_npu.npu.default_generators = tuple(native.default_generator(i) for i in range(native.device_count()))
 
 
-C.provide("_npu_getDeviceCount", lambda: _native().device_count())
+C.provide("_npu_getDeviceCount", lambda: _device_index.device_count())
 C.provide("_npu_setDevice", lambda index: _native().set_device(int(index)))
 C.provide("_npu_getDevice", lambda: _native().current_device())
 C.provide("_npu_getDeviceWithoutSet", lambda: _native().current_device())
@@ -170,8 +172,54 @@ C.provide("_npu_is_bf16_supported", lambda: True)
 C.provide("_npu_is_support_inf_nan", lambda: True)
 C.provide("_npu_getDeviceName", lambda: DEVICE_NAME)
 C.provide("_npu_get_soc_version", lambda: SOC_VERSION)
-C.provide("_npu_canDeviceAccessPeer", lambda device, peer: True)
+C.provide("_npu_canDeviceAccessPeer", lambda device, peer: int(device) != int(peer))  # as CUDA: not itself
+C.provide("_npu_hasPrimaryContext", lambda index: _native().device_count_fixed())
+C.provide("_npu_getDeviceUtilizationRate", lambda device: _utilization(device))
+C.provide("_npu_set_sync_debug_mode", lambda mode: _native().set_sync_debug_mode(_checked_long(mode, "debug_mode")))
+C.provide("_npu_get_sync_debug_mode", lambda: _native().sync_debug_mode())
+C.provide("_npu_set_op_timeout_ms", lambda timeout: _set_op_timeout(timeout))
+C.provide("_npu_set_fill_uninitialized_memory", lambda mode: None)  # fresh host memory: contents undefined
+C.provide("_npu_get_fft_plan_cache_size", lambda: 0)  # FFTs run on the host: no plan cache
+C.provide("_npu_get_fft_plan_cache_max_size", lambda: 0)
+C.provide("_npu_set_fft_plan_cache_max_size", lambda size: None)
+C.provide("_npu_clear_fft_plan_cache", lambda: None)
+_DETERMINISTIC = [0]
+C.provide("_npu_set_deterministic_level", lambda level: _DETERMINISTIC.__setitem__(0, int(level)))
+C.provide("_npu_get_deterministic_level", lambda: _DETERMINISTIC[0])
+
+
+def _checked_long(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RuntimeError(f"invalid argument to set_sync_debug_mode, {name} type must long")
+    return value
+
+
+def _utilization(device) -> int:
+    """Utilization rate (percent) between calls: 0, since emulated kernels finish inside the calling thread."""
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise RuntimeError("invalid argument to getDeviceUtilizationRate")
+    _native().check_index(device)
+    return 0
+
+
+_OP_TIMEOUT_MS = [0]
+
+
+def _set_op_timeout(timeout) -> None:
+    """An unsigned 32-bit timeout, parsed as torch_npu's binding parses it (kernels never time out here)."""
+    if not isinstance(timeout, int):
+        raise TypeError(f"an integer is required (got type {type(timeout).__name__})")
+    if timeout < 0:
+        raise OverflowError("can't convert negative value to unsigned int")
+    if timeout >= 2 ** 32:
+        raise OverflowError("Overflow when unpacking long")
+    _OP_TIMEOUT_MS[0] = timeout
 C.provide("_c10d_npu_init", lambda: True)  # torch_npu.distributed.is_available() probes for it
+
+
+def device_uuid(index: int) -> uuid.UUID:
+    """A stable identity per emulated device (the runtime's aclrtUuid, shown as torch shows CUDA's)."""
+    return uuid.UUID(bytes=hashlib.sha256(f"ascend_shim emulated {DEVICE_NAME} {index}".encode()).digest()[:16])
 
 
 class _NPUDeviceProperties:
@@ -184,7 +232,11 @@ class _NPUDeviceProperties:
         self.vector_core_num = 40
         self.L2_cache_size = 192 << 20
         self.multi_processor_count = 20
-        self.major, self.minor = 0, 0
+        self.uuid = device_uuid(index)
+        # CUDA's fields that torch_npu's properties answer with None
+        self.major = self.minor = self.is_multi_gpu_board = self.is_integrated = None
+        self.max_threads_per_multi_processor = self.warp_size = self.regs_per_multiprocessor = None
+        self.gcnArchName = None
 
     def __repr__(self):
         return (f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory >> 20}MB, "
@@ -195,7 +247,7 @@ class _NPUDeviceProperties:
 class _NPUDeviceMemories:
     def __init__(self, index: int):
         self.total_memory = _native().total_memory()
-        self.free_memory = self.total_memory - _native().memory_stats(int(index))["live_bytes"]
+        self.free_memory = self.total_memory - _native().memory_stats(int(index))["reserved_bytes"]
 
 
 C.provide("_NPUDeviceProperties", _NPUDeviceProperties)
@@ -203,125 +255,70 @@ C.provide("_npu_getDeviceProperties", lambda index: _NPUDeviceProperties(int(ind
 C.provide("_npu_getDeviceMemories", lambda index: _NPUDeviceMemories(int(index)))
 
 
-# -- memory (no caching allocator: reserved == allocated, one pool) ----------------------------------------
-@C.provide("_npu_memoryStats")
-def _npu_memory_stats(device):
-    raw = _native().memory_stats(int(device))
-
-    def stat(current, peak, allocated, freed):
-        one = {"current": current, "peak": peak, "allocated": allocated, "freed": freed}
-        zero = dict.fromkeys(one, 0)
-        return {"all": one, "large_pool": dict(one), "small_pool": zero}
-
-    nbytes = stat(raw["live_bytes"], raw["peak_bytes"], raw["allocated_bytes"], raw["freed_bytes"])
-    blocks = stat(raw["live_blocks"], raw["peak_blocks"], raw["allocated_blocks"], raw["freed_blocks"])
-    none = stat(0, 0, 0, 0)
-    return {"allocated_bytes": nbytes, "reserved_bytes": nbytes, "active_bytes": nbytes, "requested_bytes": nbytes,
-            "allocation": blocks, "segment": blocks, "active": blocks, "inactive_split": none,
-            "inactive_split_bytes": none, "oversize_allocations": none["all"], "oversize_segments": none["all"],
-            "num_alloc_retries": 0, "num_ooms": raw["ooms"], "num_sync_all_streams": 0,
-            "num_device_alloc": raw["allocated_blocks"], "num_device_free": raw["freed_blocks"],
-            "max_split_size": -1}
-
-
+# -- memory: the emulated device's caching allocator (shared with the builtin layer) ----------------------
+C.provide("_npu_memoryStats", lambda device: memory_stats.nested(int(device)))
 C.provide("_npu_resetPeakMemoryStats", lambda index: _native().reset_peak(int(index)))
 C.provide("_npu_resetAccumulatedMemoryStats", lambda index: _native().reset_accumulated(int(index)))
 C.provide("_npu_setMemoryFraction", lambda fraction, index: _native().set_memory_fraction(float(fraction), int(index)))
 C.provide("_npu_getMemoryFraction", lambda index: _native().memory_fraction(int(index)))
+C.provide("_npu_emptyCache", lambda *a, **k: memory_stats.empty_cache())
+C.provide("_npu_emptyVirtAddrCache", lambda: None)  # no virtual-address reservations (expandable segments off)
+C.provide("_npu_memorySnapshot", lambda mempool_id=None: _memory_snapshot(mempool_id))
+C.provide("_npu_record_memory_history", memory_stats.record_history)
+C.provide("_npu_isHistoryEnabled", lambda: memory_stats.history_enabled())
+C.provide("_npu_getAllocatorBackend", lambda: "native")
+C.provide("_npu_npuCachingAllocator_set_allocator_settings", lambda settings: None)
+C.provide("_npu_hostEmptyCache", lambda: _native().host_empty_cache())
+C.provide("_npu_hostMemoryStats", lambda: _native().host_memory_stats())
+C.provide("_npu_resetAccumulatedHostMemoryStats", lambda: _native().host_reset_accumulated())
+C.provide("_npu_resetPeakHostMemoryStats", lambda: _native().host_reset_peak())
+C.provide("_npu_ipc_collect", lambda: None)  # npu memory is never shared with another process's allocator
+C.provide("_npu_lock_mutex", lambda: None)  # the emulated allocator takes its own locks per call
+C.provide("_npu_unlock_mutex", lambda: None)
+C.provide("_npu_check_uce_in_memory", lambda device_id: 0)  # no uncorrectable memory error: host memory
+C.provide("_npu_get_uce_addr", lambda: [])
 
 
-# -- streams and events (kernels run synchronously: streams are always idle, events complete when recorded) --
-class _NPUStreamBase(torch.Stream):
-    """torch_npu's stream base over the PrivateUse1 guard's streams (the guard keeps the current stream)."""
-
-    def __new__(cls, priority=0, stream_id=None, device_index=None, device_type=None, stream_ptr=0, **kwargs):
-        if stream_id is not None:
-            return super().__new__(cls, stream_id=stream_id, device_index=device_index, device_type=device_type)
-        return super().__new__(cls, device=torch.device("npu", _native().current_device()), priority=priority)
-
-    @property
-    def npu_stream(self):
-        return self.stream_id
-
-    def query(self):
-        return True
-
-    def synchronize(self):
-        return None
+def _memory_snapshot(mempool_id):
+    if mempool_id is not None:
+        raise RuntimeError(f"no memory pool {tuple(mempool_id)!r}: the emulated allocator has the default pool only")
+    return memory_stats.snapshot()
 
 
-class _NPUEventBase:
-    _recorded_at: float | None
-    enable_timing: bool
-
-    def __new__(cls, enable_timing=False, blocking=False, interprocess=False, graph_external=False, **kwargs):
-        self = object.__new__(cls)
-        self._recorded_at = None
-        self.enable_timing = enable_timing
-        return self
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def record(self, stream=None):
-        self._recorded_at = time.perf_counter()
-
-    def wait(self, stream=None):
-        return None
-
-    def query(self):
-        return True
-
-    def synchronize(self):
-        return None
-
-    def elapsed_time(self, end):
-        if not (self.enable_timing and end.enable_timing):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
-        if self._recorded_at is None or end._recorded_at is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
-        return (end._recorded_at - self._recorded_at) * 1000.0
-
-    def reset(self, stream=None):
-        self._recorded_at = None
-
-    def ipc_handle(self):
-        raise NotEmulatedError("torch_npu._C._NPUEventBase.ipc_handle is not emulated: events are not shared "
-                               "between processes on the emulated NPU.")
-
-    @classmethod
-    def from_ipc_handle(cls, device, handle):
-        raise NotEmulatedError("torch_npu._C._NPUEventBase.from_ipc_handle is not emulated.")
-
-    @property
-    def npu_event(self):
-        return id(self)
+_RAW_BLOCKS: dict[int, torch.Tensor] = {}
 
 
-C.provide("_NPUStreamBase", _NPUStreamBase)
-C.provide("_NPUEventBase", _NPUEventBase)
+@C.provide("_npu_npuCachingAllocator_raw_alloc")
+def _raw_alloc(size, stream):
+    """``caching_allocator_alloc``: ``size`` bytes from the caching allocator, as an address."""
+    if not isinstance(size, int) or not isinstance(stream, int):
+        raise TypeError("caching_allocator_alloc(): incorrect arguments (ssize_t size, intptr_t stream)")
+    block = torch.empty(size, dtype=torch.uint8, device=torch.device("npu", _native().current_device()))
+    _RAW_BLOCKS[block.data_ptr()] = block
+    return block.data_ptr()
 
 
-def _device_or_current(index) -> int:
-    return int(index) if index is not None and int(index) >= 0 else _native().current_device()
+@C.provide("_npu_npuCachingAllocator_raw_delete")
+def _raw_delete(mem_ptr):
+    if _RAW_BLOCKS.pop(int(mem_ptr), None) is None:
+        raise RuntimeError(f"invalid device pointer: {int(mem_ptr):#x}")
 
 
-@C.provide("_npu_getCurrentStream")
-def _npu_get_current_stream(index):
-    stream = torch.accelerator.current_stream(_device_or_current(index))
-    return stream.stream_id, stream.device_index, stream.device_type
+# -- streams and events ----------------------------------------------------------------------------------------
+C.provide("_NPUStreamBase", streams._NPUStreamBase)
+C.provide("_NPUEventBase", streams._NPUEventBase)
+C.provide("_npu_getCurrentStream", streams.current_stream)
+C.provide("_npu_getDefaultStream", streams.default_stream)
+C.provide("_npu_setStream", streams.set_stream)
+C.provide("_npu_getCurrentRawStream", streams.current_raw_stream)
+C.provide("_npu_getCurrentRawStreamNoWait", streams.current_raw_stream)
 
 
-@C.provide("_npu_getDefaultStream")
-def _npu_get_default_stream(index):
-    stream = torch.Stream(device=torch.device("npu", _device_or_current(index)))
-    return 0, stream.device_index, stream.device_type
-
-
-@C.provide("_npu_setStream")
-def _npu_set_stream(stream_id=0, device_index=0, device_type=0):
-    torch.accelerator.set_stream(torch.Stream(stream_id=stream_id, device_index=device_index,
-                                              device_type=device_type))
+@C.provide("_npu_eraseStream")
+def _npu_erase_stream(tensor, stream_id=0, device_index=0, device_type=0):
+    """Undo ``record_stream``: the emulated allocator reuses a block once freed whatever streams used it."""
+    if not isinstance(tensor, torch.Tensor):
+        raise RuntimeError("tensor is not torch.Tensor.")
 
 
 # -- storage construction (torch_npu's torch.save path for npu storages) --------------------------------------
@@ -335,6 +332,25 @@ def _tensor_construct_from_storage(storage):
     itemsize = torch.empty(0, dtype=dtype).element_size()
     tensor = torch.empty(0, dtype=dtype, device=untyped.device)
     return tensor.set_(untyped, 0, (untyped.nbytes() // itemsize,), (1,))
+
+
+@C.provide("_empty_strided_npu")
+def _empty_strided_npu(*args):
+    """The allocation fast path torch_npu's inductor code uses: exactly (sizes, strides, dtype)."""
+    if len(args) != 3:
+        raise RuntimeError("_empty_strided_npu expects exactly 3 args: (sizes, strides, dtype)")
+    sizes, strides, dtype = args
+    if not isinstance(dtype, torch.dtype):
+        raise RuntimeError("_empty_strided_npu: arg 3 must be a torch.dtype")
+    return torch.empty_strided(tuple(sizes), tuple(strides), dtype=dtype,
+                               device=torch.device("npu", _native().current_device()))
+
+
+# -- autocast on the npu device (torch's device-generic state, PrivateUse1's) ----------------------------------
+C.provide("is_autocast_enabled", lambda: torch.is_autocast_enabled("npu"))
+C.provide("set_autocast_enabled", lambda enabled: torch.set_autocast_enabled("npu", bool(enabled)))
+C.provide("get_autocast_dtype", lambda: torch.get_autocast_dtype("npu"))
+C.provide("set_autocast_dtype", lambda dtype: torch.set_autocast_dtype("npu", dtype))
 
 
 # torch_npu binds DataLoader worker threads to CPU cores of the NPU's NUMA node; the emulated device has none
@@ -396,10 +412,54 @@ class DType(enum.IntEnum):
 CD.provide("DType", DType)
 CD.not_emulated("cast_to_fp8", "cast_from_fp8", "cast_to_fp8_noalloc")
 
+MSTX = _Namespace("torch_npu._C._mstx")
+
+
+class _MsTx:
+    """torch_npu's mstx markers with no profiler attached: ranges get ids, nothing is recorded (as on a machine
+    where msprof is not collecting)."""
+
+    def __init__(self):
+        self.ids = itertools.count(1)
+        self.stacks: dict[str, list[int]] = {}
+
+    def mark(self, message, *where):
+        return None
+
+    def range_push(self, message, *where):
+        domain = where[-1] if where else "default"
+        stack = self.stacks.setdefault(domain, [])
+        stack.append(next(self.ids))
+        return len(stack) - 1
+
+    def range_pop(self, domain="default"):
+        stack = self.stacks.get(domain)
+        if not stack:
+            return -1
+        stack.pop()
+        return len(stack)
+
+    def range_start(self, message, *where):
+        return next(self.ids)
+
+    def range_end(self, range_id, domain="default"):
+        return None
+
+
+_MSTX = _MsTx()
+for _name, _fn in (("_mark", _MSTX.mark), ("_mark_on_host", _MSTX.mark), ("_range_push", _MSTX.range_push),
+                   ("_range_push_on_host", _MSTX.range_push), ("_range_pop", _MSTX.range_pop),
+                   ("_range_start", _MSTX.range_start), ("_range_start_on_host", _MSTX.range_start),
+                   ("_range_end", _MSTX.range_end)):
+    MSTX.provide(_name, _fn)
+
 LOGGING = _Namespace("torch_npu._C._logging")
 FLOPS = _Namespace("torch_npu._C._flops_count")
 NPURT = _Namespace("torch_npu._C._npurt")
-NPURT.not_emulated("npuHostRegister", "npuHostUnregister", "npuStreamCreate", "npuStreamDestroy")
+NPURT.provide("npuStreamCreate", streams.npu_stream_create)
+NPURT.provide("npuStreamDestroy", streams.npu_stream_destroy)
+NPURT.provide("npuHostRegister", streams.npu_host_register)
+NPURT.provide("npuHostUnregister", streams.npu_host_unregister)
 
 
 #: the variables :func:`build` set for torch_npu's import (removed again when its extension initializes)
@@ -433,7 +493,7 @@ def build(name: str = "torch_npu._C") -> types.ModuleType:
     module = C.module()
     module.__name__ = name
     children = {"_profiler": PROFILER, "_distributed_c10d": c10d.NAMESPACE, "_cd": CD, "_logging": LOGGING,
-                "_flops_count": FLOPS, "_npurt": NPURT}
+                "_flops_count": FLOPS, "_npurt": NPURT, "_mstx": MSTX}
     for child, namespace in children.items():
         sub = namespace.module()
         setattr(module, child, sub)

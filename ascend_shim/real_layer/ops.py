@@ -24,15 +24,32 @@ def _npu_change_data_ptr(dst, src, index):
     return _extension.load().change_data_ptr(dst, src, int(index))
 
 
+#: torch_npu's plain layouts (FormatHelper's non-private formats): NCHW, NHWC, ND, NDHWC, NCDHW. A tensor in one
+#: of them is stored as it is indexed, which is all the emulated device stores.
+BASE_FORMATS = {0: "NCHW", 1: "NHWC", 2: "ND", 27: "NDHWC", 30: "NCDHW"}
+
+
+def _check_format(op: str, acl_format) -> None:
+    if int(acl_format) not in BASE_FORMATS:
+        from .native import NotEmulatedError
+
+        raise NotEmulatedError(f"{op}: acl_format {acl_format} is a private NPU format (NZ, NC1HWC0 ...), which the "
+                               f"emulated NPU does not store; the plain formats {sorted(BASE_FORMATS)} work")
+
+
 def _get_npu_format(self):
-    return 2  # ACL_FORMAT_ND: the only format of the emulated device
+    return 2  # ACL_FORMAT_ND: how the emulated device stores every tensor
 
 
 def _npu_format_cast(self, acl_format, customize_dtype=None, input_dtype=None):
-    if int(acl_format) != 2:
-        raise RuntimeError(f"npu_format_cast: the emulated NPU stores tensors in the ND format (2) only, not "
-                           f"{acl_format}; private formats (NZ, NC1HWC0 ...) exist on the hardware only")
+    _check_format("npu_format_cast", acl_format)
     return self
+
+
+def _empty_with_format(size, dtype=None, layout=None, device=None, pin_memory=None, acl_format=2,
+                       base_addr_aligned_kb=None):
+    _check_format("empty_with_format", acl_format)
+    return torch.empty(size, dtype=dtype, layout=layout, device=device or "npu", pin_memory=pin_memory)
 
 
 #: the storage and format helpers of the native layer, by op name
@@ -64,6 +81,8 @@ def define_and_register(schemas: list[str] | None = None) -> list[str]:
     for name, fn in HELPERS.items():
         kernels.impl(name, fn, "PrivateUse1")
         emulated.add(name)
+    kernels.impl("empty_with_format", _empty_with_format, "BackendSelect")  # no tensor argument: by `device`
+    emulated.add("empty_with_format")
     for name in sorted({schema.split("(", 1)[0] for schema in schemas}):
         if name.split(".", 1)[0] not in emulated:
             kernels.impl(name, _not_emulated(name), "PrivateUse1")

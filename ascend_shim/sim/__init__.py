@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import itertools
 import os
 import re
 import sys
@@ -151,20 +150,23 @@ def layer() -> str:
 
 
 def visible_devices(physical: int, environ=None) -> list[int]:
-    """The physical devices this process sees, in order: ``ASCEND_RT_VISIBLE_DEVICES`` read the way the runtime
-    reads visible-device lists (as CUDA_VISIBLE_DEVICES is: each entry's leading digits; the list ends at the first
-    entry that is not a device of the machine; a device named twice hides them all); unset means every device."""
+    """The physical devices this process sees, in order: ``ASCEND_RT_VISIBLE_DEVICES`` read as the runtime reads it
+    (torch_npu's ``_device_count_ascend_hal``): ids up to the first character that is neither a digit nor a comma,
+    up to an empty entry or the first id the machine lacks; ids must ascend, else no device is visible. Unset
+    means every device."""
     raw = (os.environ if environ is None else environ).get("ASCEND_RT_VISIBLE_DEVICES")
     if raw is None:
         return list(range(physical))
     seen: list[int] = []
-    for entry in raw.split(","):
-        digits = "".join(itertools.takewhile(str.isdecimal, entry.strip()))  # as \d: what int() reads
-        if not digits or int(digits) >= physical:
+    for entry in re.match(r"[0-9,]*", raw).group(0).split(","):  # type: ignore[union-attr]  # [0-9,]* always matches
+        if not entry:
             break
-        if int(digits) in seen:
+        device = int(entry)
+        if seen and device <= seen[-1]:
             return []
-        seen.append(int(digits))
+        if device >= physical:
+            break
+        seen.append(device)
     return seen
 
 
@@ -219,8 +221,12 @@ def check_autograd_engine(npu_state) -> None:
             "autograd device queues without the npu device, so npu tensors cannot run backward in this process. "
             "Install the emulator earlier (before any backward), e.g. through `ascend_shim run` or at import."
         ) from exc
+    del probe
     for index in range(native.device_count()):
+        native.empty_cache(index)
         native.reset_accumulated(index)
+        native.reset_peak(index)
+    native.forget_use()
     npu_state._initialized = False
 
 

@@ -35,3 +35,15 @@ def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -
 def _checked_index(device) -> int:
     """Like _get_device_index(optional=True), and the index must name an existing device."""
     return _native().check_index(_get_device_index(device, optional=True))
+
+
+def device_count() -> int:
+    """The devices this process sees. Until the program first uses a device, ``ASCEND_RT_VISIBLE_DEVICES`` is read
+    again on every call, as the runtime does before it initializes (a script may narrow it at its top)."""
+    native = _native()
+    if not native.device_count_fixed():
+        from ascend_shim.config import setting
+        from ascend_shim.sim import visible_devices
+
+        native.configure_device_count(len(visible_devices(setting("sim_devices"))))
+    return native.device_count()

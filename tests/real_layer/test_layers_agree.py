@@ -31,7 +31,7 @@ def _facts(stdout: str) -> dict[str, str]:
     return dict(re.findall(r"^(.+?) = (.*)$", stdout, re.M))
 
 
-@pytest.mark.parametrize("probe", ["device_contract", "cuda_view"])
+@pytest.mark.parametrize("probe", ["device_contract", "cuda_view", "device_runtime"])
 def test_both_layers_observe_the_same(prepared, probe):
     script = os.path.join(PROBES, f"{probe}.py")
     real = run_shim("real", "--log-level", "off", script)

@@ -235,9 +235,11 @@ def test_first_npu_tensor_initializes_the_device_state():
     assert out.stdout.strip().splitlines()[-1] == "[False, True]"
 
 
-@pytest.mark.parametrize("visible, expected", [("5,2", "2 npu:1"), ("3,9,1", "1 npu:0"), ("1,1", "0 -"), ("", "0 -")])
+@pytest.mark.parametrize("visible, expected", [("2,5", "2 npu:1"), ("5,2", "0 -"), ("3,9,1", "1 npu:0"),
+                                               ("1,1", "0 -"), ("", "0 -")])
 def test_visible_devices_narrow_the_emulated_ones_as_on_the_runtime(visible, expected):
-    """ASCEND_RT_VISIBLE_DEVICES (what Ray and launchers set per worker) decides what the process sees."""
+    """ASCEND_RT_VISIBLE_DEVICES (what Ray and launchers set per worker) decides what the process sees, parsed as
+    torch_npu parses it: ids must ascend ("5,2" shows no device), the list ends at an id the machine lacks."""
     out = run_python("""
         import torch, ascend_shim.sim as sim
         sim.install()

@@ -13,6 +13,7 @@
 #include <c10/core/GeneratorImpl.h>
 #include <ATen/core/DistributionsHelper.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/core/CachingHostAllocator.h>
 
 #include <cstring>
 
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <pthread.h>
 #include <unistd.h>
 #include <sstream>
@@ -33,8 +35,10 @@ namespace ascend_sim {
 // Devices
 // ================================================================================================================
 
-// The number of devices this process sees: set once by the Python side (ASCEND_SHIM_SIM_DEVICES narrowed by
-// ASCEND_RT_VISIBLE_DEVICES, both parsed there) before the first device query.
+// The number of devices this process sees: set by the Python side (ASCEND_SHIM_SIM_DEVICES narrowed by
+// ASCEND_RT_VISIBLE_DEVICES, both parsed there). As on the runtime, a program may still change the visible devices
+// until it first uses a device (torch_npu's device_count() is not cached before initialization); from then on the
+// count is fixed.
 static std::atomic<int> g_configured_count{-1};
 static std::atomic<bool> g_count_fixed{false};
 
@@ -46,13 +50,12 @@ void configure_device_count(int n) {
 }
 
 c10::DeviceIndex device_count() {
-  static const c10::DeviceIndex count = [] {
-    g_count_fixed.store(true);
-    const int configured = g_configured_count.load();
-    return static_cast<c10::DeviceIndex>(configured >= 0 ? configured : 8);
-  }();
-  return count;
+  const int configured = g_configured_count.load(std::memory_order_relaxed);
+  return static_cast<c10::DeviceIndex>(configured >= 0 ? configured : 8);
 }
+
+void fix_device_count() { g_count_fixed.store(true, std::memory_order_relaxed); }
+bool device_count_fixed() { return g_count_fixed.load(std::memory_order_relaxed); }
 
 // Like CUDA/ACL, the current device is per host thread.
 static thread_local c10::DeviceIndex tls_device = 0;
@@ -84,6 +87,11 @@ const bool g_atfork_registered = [] {
 
 bool in_bad_fork() { return g_bad_fork.load(std::memory_order_relaxed); }
 
+void forget_use() {
+  g_used.store(false);
+  g_count_fixed.store(false);
+}
+
 void check_not_forked() {
   TORCH_CHECK(!in_bad_fork(), "Cannot re-initialize NPU in forked subprocess. To use NPU with multiprocessing, "
                               "you must use the 'spawn' start method");
@@ -107,20 +115,54 @@ int64_t device_memory() {
 }
 const int64_t kTotalMemory = device_memory();
 
-struct DeviceMemory {
-  std::atomic<int64_t> live{0}, peak{0}, allocated{0}, freed{0};
-  std::atomic<int64_t> live_blocks{0}, peak_blocks{0}, allocated_blocks{0}, freed_blocks{0};
-  std::atomic<int64_t> ooms{0};
-  std::atomic<int64_t> limit{kTotalMemory};
-  std::atomic<double> fraction{1.0};
-};
-std::array<DeviceMemory, kMaxDevices> g_memory;
-
 void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
   int64_t seen = peak.load(std::memory_order_relaxed);
   while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
   }
 }
+
+// current / peak / allocated / freed, as c10's Stat
+struct Counter {
+  std::atomic<int64_t> current{0}, peak{0}, allocated{0}, freed{0};
+  void add(int64_t n) {
+    raise_peak(peak, current.fetch_add(n, std::memory_order_relaxed) + n);
+    allocated.fetch_add(n, std::memory_order_relaxed);
+  }
+  void sub(int64_t n) {
+    current.fetch_sub(n, std::memory_order_relaxed);
+    freed.fetch_add(n, std::memory_order_relaxed);
+  }
+  void reset_peak() { peak.store(current.load()); }
+  void reset_accumulated() {
+    allocated.store(0);
+    freed.store(0);
+  }
+  CounterValues values() const { return {current.load(), peak.load(), allocated.load(), freed.load()}; }
+};
+
+// The statistics of one pool (all, small, large): bytes and blocks in use, bytes and segments reserved.
+struct PoolCounters {
+  Counter bytes, blocks, reserved, segments;
+  std::array<Counter*, 4> all() { return {&bytes, &blocks, &reserved, &segments}; }
+};
+
+struct Block;
+struct DeviceMemory {
+  // in use: bytes of npu storages (memory_allocated()); reserved: capacity of every block the allocator holds
+  // for the device, in use or cached for reuse (memory_reserved(), "segments")
+  std::array<PoolCounters, kPools> pools;
+  std::atomic<int64_t> ooms{0};
+  std::atomic<int64_t> limit{kTotalMemory};
+  std::atomic<double> fraction{1.0};
+  std::mutex mutex;                            // guards cache and live
+  std::map<size_t, std::vector<void*>> cache;  // capacity -> free blocks kept for reuse, the last freed last
+  std::set<Block*> live;                       // blocks in use (memory snapshots list them)
+};
+std::array<DeviceMemory, kMaxDevices> g_memory;
+
+// torch_npu's pools: blocks of at most 1 MiB come from the small pool
+constexpr size_t kSmallSize = size_t(1) << 20;
+int pool_of(size_t capacity) { return capacity <= kSmallSize ? kSmallPool : kLargePool; }
 
 std::string format_bytes(int64_t n) {
   std::ostringstream out;
@@ -132,90 +174,185 @@ std::string format_bytes(int64_t n) {
   return out.str();
 }
 
-void account_alloc(c10::DeviceIndex index, size_t nbytes) {
-  auto& m = g_memory.at(index);
-  const auto n = static_cast<int64_t>(nbytes);
-  const int64_t live = m.live.load(std::memory_order_relaxed);
-  if (live + n > m.limit.load(std::memory_order_relaxed)) {
-    m.ooms.fetch_add(1, std::memory_order_relaxed);
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ", format_bytes(n), " (NPU ",
-                     static_cast<int>(index), "; ", format_bytes(kTotalMemory), " total capacity; ",
-                     format_bytes(live), " already allocated; ",
-                     format_bytes(std::max<int64_t>(0, m.limit.load() - live)),
-                     " free under the per-process memory fraction ", m.fraction.load(),
-                     "). [emulated by ascend_shim's sim backend]");
-  }
-  raise_peak(m.peak, m.live.fetch_add(n, std::memory_order_relaxed) + n);
-  raise_peak(m.peak_blocks, m.live_blocks.fetch_add(1, std::memory_order_relaxed) + 1);
-  m.allocated.fetch_add(n, std::memory_order_relaxed);
-  m.allocated_blocks.fetch_add(1, std::memory_order_relaxed);
+// torch_npu's NPUCachingAllocator on Ascend910B: 32 bytes of padding, then whole 512-byte units.
+constexpr size_t kMinBlockSize = 512;
+constexpr size_t kPadSize = 32;
+constexpr size_t kMaxAllocation = size_t(1) << 60;  // "more than 1EB"
+
+size_t block_capacity(size_t nbytes) {
+  const size_t padded = nbytes + kPadSize;
+  return std::max(kMinBlockSize, kMinBlockSize * ((padded + kMinBlockSize - 1) / kMinBlockSize));
 }
 
-void account_free(c10::DeviceIndex index, size_t nbytes) {
+void account_reserve(DeviceMemory& m, size_t capacity) {
+  const auto n = static_cast<int64_t>(capacity);
+  for (int pool : {kAllPools, pool_of(capacity)}) {
+    m.pools[pool].reserved.add(n);
+    m.pools[pool].segments.add(1);
+  }
+}
+
+void account_release(DeviceMemory& m, size_t capacity) {
+  const auto n = static_cast<int64_t>(capacity);
+  for (int pool : {kAllPools, pool_of(capacity)}) {
+    m.pools[pool].reserved.sub(n);
+    m.pools[pool].segments.sub(1);
+  }
+}
+
+// Frees every cached block of the device (empty_cache(), or before giving up on an allocation).
+void release_cached(c10::DeviceIndex index) {
   auto& m = g_memory.at(index);
-  const auto n = static_cast<int64_t>(nbytes);
-  m.live.fetch_sub(n, std::memory_order_relaxed);
-  m.live_blocks.fetch_sub(1, std::memory_order_relaxed);
-  m.freed.fetch_add(n, std::memory_order_relaxed);
-  m.freed_blocks.fetch_add(1, std::memory_order_relaxed);
+  std::map<size_t, std::vector<void*>> cached;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    cached.swap(m.cache);
+  }
+  for (auto& [capacity, blocks] : cached) {
+    for (void* ptr : blocks) {
+      c10::free_cpu(ptr);
+      account_release(m, capacity);
+    }
+  }
+}
+
+// The smallest cached block that fits `capacity` without wasting more than its size (blocks are not split); of
+// equal ones the last freed, so a tensor freed and allocated again gets its memory back.
+void* take_cached(DeviceMemory& m, size_t capacity, size_t* got) {
+  std::lock_guard<std::mutex> lock(m.mutex);
+  auto it = m.cache.lower_bound(capacity);
+  if (it == m.cache.end() || it->first >= 2 * capacity) return nullptr;
+  void* ptr = it->second.back();
+  *got = it->first;
+  it->second.pop_back();
+  if (it->second.empty()) m.cache.erase(it);
+  return ptr;
+}
+
+[[noreturn]] void out_of_memory(c10::DeviceIndex index, DeviceMemory& m, size_t nbytes) {
+  m.ooms.fetch_add(1, std::memory_order_relaxed);
+  const int64_t reserved = m.pools[kAllPools].reserved.current.load();
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ",
+                   format_bytes(static_cast<int64_t>(nbytes)), " (NPU ", static_cast<int>(index), "; ",
+                   format_bytes(kTotalMemory), " total capacity; ",
+                   format_bytes(m.pools[kAllPools].bytes.current.load()), " already allocated; ",
+                   format_bytes(std::max<int64_t>(0, m.limit.load() - reserved)), " free; ", format_bytes(reserved),
+                   " reserved in total by PyTorch; per-process memory fraction ", m.fraction.load(),
+                   "). [emulated by ascend_shim's sim backend]");
+}
+
+// Reserves `capacity` bytes for a new block: the cache is released first when the limit would be passed.
+void reserve_new(c10::DeviceIndex index, size_t nbytes, size_t capacity) {
+  auto& m = g_memory.at(index);
+  const auto n = static_cast<int64_t>(capacity);
+  const auto& reserved = m.pools[kAllPools].reserved.current;
+  if (reserved.load(std::memory_order_relaxed) + n > m.limit.load(std::memory_order_relaxed)) {
+    release_cached(index);
+    if (reserved.load(std::memory_order_relaxed) + n > m.limit.load(std::memory_order_relaxed)) {
+      out_of_memory(index, m, nbytes);
+    }
+  }
+  account_reserve(m, capacity);
+}
+
+void account_alloc(DeviceMemory& m, size_t nbytes, size_t capacity) {
+  for (int pool : {kAllPools, pool_of(capacity)}) {
+    m.pools[pool].bytes.add(static_cast<int64_t>(nbytes));
+    m.pools[pool].blocks.add(1);
+  }
+}
+
+void account_free(DeviceMemory& m, size_t nbytes, size_t capacity) {
+  for (int pool : {kAllPools, pool_of(capacity)}) {
+    m.pools[pool].bytes.sub(static_cast<int64_t>(nbytes));
+    m.pools[pool].blocks.sub(1);
+  }
 }
 
 // Context of every npu DataPtr: who owns the bytes, and which device they are accounted to. Host views
 // (CPU aliases of npu memory) share the block, so the bytes live, and stay accounted, until the last user goes.
 struct Block {
-  void* raw = nullptr;           // memory this block allocated itself
+  void* raw = nullptr;           // memory of the caching allocator: back to its cache when the block dies
   c10::DataPtr owner;            // or memory adopted from a CPU allocation
   c10::Storage keep;             // or a CPU storage kept alive
   size_t nbytes = 0;
+  size_t capacity = 0;           // bytes reserved for the block
+  void* data = nullptr;          // where its bytes are
   c10::DeviceIndex index = 0;
   std::atomic<int64_t> refs{1};
 };
 
+Block* track(Block* block) {
+  auto& m = g_memory.at(block->index);
+  account_alloc(m, block->nbytes, block->capacity);
+  std::lock_guard<std::mutex> lock(m.mutex);
+  m.live.insert(block);
+  return block;
+}
+
 void release_block(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
   if (block->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  account_free(block->index, block->nbytes);
-  if (block->raw) c10::free_cpu(block->raw);
+  auto& m = g_memory.at(block->index);
+  account_free(m, block->nbytes, block->capacity);
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.live.erase(block);
+    if (block->raw) m.cache[block->capacity].push_back(block->raw);
+  }
+  if (!block->raw) account_release(m, block->capacity);  // adopted memory goes back to its owner
   delete block;
 }
 
 c10::DataPtr make_block_ptr(void* data, Block* block) {
+  block->data = data;
   return {data, block, &release_block, c10::Device(kNpu, block->index)};
 }
 
-// A DeviceAllocator (not a caching one): torch.accelerator's memory API reads its statistics from here.
+// A caching DeviceAllocator in torch_npu's image: a freed block stays reserved for the next allocation of its
+// size until empty_cache() (or memory pressure) returns it, so memory_reserved() >= memory_allocated().
 struct NpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     check_not_forked();
     g_used.store(true, std::memory_order_relaxed);
+    fix_device_count();
     const c10::DeviceIndex index = current_device();
     if (nbytes == 0) return {nullptr, c10::Device(kNpu, index)};
-    account_alloc(index, nbytes);
-    void* data = nullptr;
-    try {
-      data = c10::alloc_cpu(nbytes);
-    } catch (...) {
-      account_free(index, nbytes);
-      throw;
+    TORCH_CHECK_WITH(OutOfMemoryError, nbytes < kMaxAllocation,
+                     "NPU out of memory. Tried to allocate more than 1EB memory.");
+    auto& m = g_memory.at(index);
+    size_t capacity = block_capacity(nbytes);
+    void* data = take_cached(m, capacity, &capacity);
+    if (data == nullptr) {
+      reserve_new(index, nbytes, capacity);
+      try {
+        data = c10::alloc_cpu(capacity);
+      } catch (...) {
+        account_release(m, capacity);
+        throw;
+      }
     }
     auto* block = new Block();
     block->raw = data;
     block->nbytes = nbytes;
+    block->capacity = capacity;
     block->index = index;
-    return make_block_ptr(data, block);
+    return make_block_ptr(data, track(block));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dst, const void* src, std::size_t n) const override { default_copy_data(dst, src, n); }
 
   bool initialized() override { return true; }
-  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
+  void emptyCache(c10::MempoolId_t) override {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) release_cached(i);
+  }
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex index) override;
   void resetAccumulatedStats(c10::DeviceIndex index) override { reset_accumulated(index); }
   void resetPeakStats(c10::DeviceIndex index) override { reset_peak(index); }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
-    const auto live = memory_stats(index).live_bytes;
-    return {static_cast<size_t>(kTotalMemory - live), static_cast<size_t>(kTotalMemory)};
+    const auto reserved = memory_stats(index).reserved_bytes;  // free: what the allocator does not hold
+    return {static_cast<size_t>(kTotalMemory - reserved), static_cast<size_t>(kTotalMemory)};
   }
 };
 NpuAllocator g_allocator;
@@ -231,24 +368,24 @@ c10::Allocator* npu_allocator() { return &g_allocator; }
 c10::DataPtr adopt_data(c10::DataPtr owner, size_t nbytes, c10::DeviceIndex index) {
   void* data = owner.get();
   if (nbytes == 0) return {data, c10::Device(kNpu, index)};
-  account_alloc(index, nbytes);
+  reserve_new(index, nbytes, nbytes);
   auto* block = new Block();
   block->owner = std::move(owner);
-  block->nbytes = nbytes;
+  block->nbytes = block->capacity = nbytes;
   block->index = index;
-  return make_block_ptr(data, block);
+  return make_block_ptr(data, track(block));
 }
 
 c10::DataPtr adopt_storage(const c10::Storage& cpu_storage, c10::DeviceIndex index) {
   const size_t nbytes = cpu_storage.nbytes();
   void* data = const_cast<void*>(cpu_storage.data());
   if (nbytes == 0) return {data, c10::Device(kNpu, index)};
-  account_alloc(index, nbytes);
+  reserve_new(index, nbytes, nbytes);
   auto* block = new Block();
   block->keep = cpu_storage;
-  block->nbytes = nbytes;
+  block->nbytes = block->capacity = nbytes;
   block->index = index;
-  return make_block_ptr(data, block);
+  return make_block_ptr(data, track(block));
 }
 
 // A CPU DataPtr onto npu memory. It holds the memory block itself (not the storage), so a host alias stays valid
@@ -264,46 +401,83 @@ c10::DataPtr host_view_of(const c10::Storage& npu_storage) {
   return {data, new c10::Storage(npu_storage), &release_keepalive, c10::Device(c10::kCPU)};  // no bytes owned
 }
 
-MemoryStats memory_stats(c10::DeviceIndex index) {
+PoolStats pool_stats(c10::DeviceIndex index, int pool) {
   check_index(index);
-  const auto& m = g_memory[index];
-  return {m.live.load(),        m.peak.load(),        m.allocated.load(),        m.freed.load(),
-          m.live_blocks.load(), m.peak_blocks.load(), m.allocated_blocks.load(), m.freed_blocks.load(),
-          m.ooms.load()};
+  auto& p = g_memory[index].pools.at(pool);
+  return {p.bytes.values(), p.blocks.values(), p.reserved.values(), p.segments.values()};
+}
+
+MemoryStats memory_stats(c10::DeviceIndex index) {
+  const PoolStats all = pool_stats(index, kAllPools);
+  return {all.bytes.current,    all.bytes.peak,    all.bytes.allocated,    all.bytes.freed,
+          all.blocks.current,   all.blocks.peak,   all.blocks.allocated,   all.blocks.freed,
+          all.reserved.current, all.reserved.peak, all.reserved.allocated, all.reserved.freed,
+          all.segments.current, all.segments.peak, all.segments.allocated, all.segments.freed,
+          g_memory[index].ooms.load()};
+}
+
+std::vector<Segment> segments(c10::DeviceIndex index) {
+  check_index(index);
+  auto& m = g_memory[index];
+  std::vector<Segment> out;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (const Block* block : m.live) {
+    out.push_back({reinterpret_cast<uintptr_t>(block->data), block->capacity, block->nbytes});
+  }
+  for (const auto& [capacity, blocks] : m.cache) {
+    for (void* ptr : blocks) out.push_back({reinterpret_cast<uintptr_t>(ptr), capacity, 0});
+  }
+  return out;
 }
 
 void reset_peak(c10::DeviceIndex index) {
   check_index(index);
-  auto& m = g_memory[index];
-  m.peak.store(m.live.load());
-  m.peak_blocks.store(m.live_blocks.load());
+  for (auto& pool : g_memory[index].pools) {
+    for (Counter* counter : pool.all()) counter->reset_peak();
+  }
 }
 
 void reset_accumulated(c10::DeviceIndex index) {
   check_index(index);
-  auto& m = g_memory[index];
-  m.allocated.store(0);
-  m.freed.store(0);
-  m.allocated_blocks.store(0);
-  m.freed_blocks.store(0);
-  m.ooms.store(0);
+  for (auto& pool : g_memory[index].pools) {
+    for (Counter* counter : pool.all()) counter->reset_accumulated();
+  }
+  g_memory[index].ooms.store(0);
+}
+
+void empty_cache(c10::DeviceIndex index) {
+  check_index(index);
+  release_cached(index);
 }
 
 int64_t total_memory() { return kTotalMemory; }
 
 c10::CachingDeviceAllocator::DeviceStats NpuAllocator::getDeviceStats(c10::DeviceIndex index) {
-  const MemoryStats m = memory_stats(index);
   c10::CachingDeviceAllocator::DeviceStats stats;
-  const auto all = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
-  for (auto* counts : {&stats.allocation, &stats.segment, &stats.active}) {
-    (*counts)[all] = {m.live_blocks, m.peak_blocks, m.allocated_blocks, m.freed_blocks};
+  using c10::CachingDeviceAllocator::StatType;
+  const std::pair<int, StatType> pools[] = {
+      {kAllPools, StatType::AGGREGATE}, {kSmallPool, StatType::SMALL_POOL}, {kLargePool, StatType::LARGE_POOL}};
+  const auto stat = [](const CounterValues& v) {
+    c10::CachingAllocator::Stat s;
+    s.current = v.current;
+    s.peak = v.peak;
+    s.allocated = v.allocated;
+    s.freed = v.freed;
+    return s;
+  };
+  for (const auto& [pool, type] : pools) {
+    const PoolStats p = pool_stats(index, pool);
+    const auto t = static_cast<size_t>(type);
+    stats.allocation[t] = stats.active[t] = stat(p.blocks);
+    stats.segment[t] = stat(p.segments);
+    stats.allocated_bytes[t] = stats.active_bytes[t] = stats.requested_bytes[t] = stat(p.bytes);
+    stats.reserved_bytes[t] = stat(p.reserved);
   }
-  for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
-    (*bytes)[all] = {m.live_bytes, m.peak_bytes, m.allocated_bytes, m.freed_bytes};
-  }
+  const MemoryStats m = memory_stats(index);
   stats.num_ooms = m.oom_count;
-  stats.num_device_alloc = m.allocated_blocks;
-  stats.num_device_free = m.freed_blocks;
+  stats.num_device_alloc = m.segments_allocated;
+  stats.num_device_free = m.segments_freed;
+  stats.max_split_size = -1;  // no split limit (torch_npu's default reports SIZE_MAX)
   return stats;
 }
 
@@ -312,6 +486,7 @@ void set_memory_fraction(double fraction, c10::DeviceIndex index) {
   TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
   g_memory[index].fraction.store(fraction);
   g_memory[index].limit.store(static_cast<int64_t>(fraction * double(kTotalMemory)));
+  if (g_memory[index].pools[kAllPools].reserved.current.load() > g_memory[index].limit.load()) release_cached(index);
 }
 
 double memory_fraction(c10::DeviceIndex index) {
@@ -327,7 +502,17 @@ namespace {
 std::atomic<int64_t> g_d2h{0};
 thread_local int tls_d2h_depth = 0;
 thread_local bool tls_d2h_counted = false;
+
+// torch_npu's sync debug mode: 1 warns, 2 raises on an operation that waits for the device (here: a
+// device-to-host transfer, the synchronizing operation the emulator sees)
+std::atomic<int> g_sync_debug_mode{0};
 }  // namespace
+
+void set_sync_debug_mode(int mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2, "invalid value of debug_mode, expected one of 0,1,2");
+  g_sync_debug_mode.store(mode);
+}
+int sync_debug_mode() { return g_sync_debug_mode.load(); }
 
 void count_d2h() {
   if (tls_d2h_depth > 0) {
@@ -335,6 +520,9 @@ void count_d2h() {
     tls_d2h_counted = true;
   }
   g_d2h.fetch_add(1, std::memory_order_relaxed);
+  const int mode = g_sync_debug_mode.load(std::memory_order_relaxed);
+  TORCH_CHECK(mode != 2, "called a synchronizing NPU operation");
+  if (mode == 1) TORCH_WARN("called a synchronizing NPU operation");
 }
 int64_t d2h_syncs() { return g_d2h.load(); }
 void reset_d2h() { g_d2h.store(0); }
@@ -354,7 +542,20 @@ void d2h_scope_exit() {
 namespace {
 
 thread_local std::array<c10::StreamId, kMaxDevices> tls_stream{};  // 0 = the default stream
-std::atomic<c10::StreamId> g_next_stream{1};
+
+// torch_npu's stream ids (NPUStream.cpp): (type << 5) | index, each device handing out the 32 streams of a
+// priority's pool round-robin; the ids of external streams carry bit 30 instead.
+constexpr int kStreamsPerPoolBits = 5;
+constexpr uint32_t kStreamsPerPool = 1u << kStreamsPerPoolBits;
+constexpr int kStreamTypeNormal = 3;  // DEFAULT 0, SECONDARY 1, SYNCLAUNCH 2, NORMAL 3, HIGH 4
+constexpr int kMaxStreamPriorities = 2;
+std::array<std::array<std::atomic<uint32_t>, kMaxDevices>, kMaxStreamPriorities> g_pool_counters{};
+
+c10::StreamId pool_stream_id(c10::DeviceIndex index, int priority) {
+  const int pri = std::clamp(-priority, 0, kMaxStreamPriorities - 1);
+  const uint32_t slot = g_pool_counters[pri][index].fetch_add(1, std::memory_order_relaxed) % kStreamsPerPool;
+  return static_cast<c10::StreamId>(((kStreamTypeNormal + pri) << kStreamsPerPoolBits) | slot);
+}
 
 struct SimEvent {
   c10::DeviceIndex device = -1;
@@ -385,11 +586,13 @@ struct NpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getDefaultStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::UNSAFE, {kNpu, resolve_index(d.index())}, 0);
   }
-  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::UNSAFE, {kNpu, resolve_index(d.index())}, g_next_stream.fetch_add(1));
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    const auto index = resolve_index(d.index());
+    check_index(index);
+    return c10::Stream(c10::Stream::UNSAFE, {kNpu, index}, pool_stream_id(index, priority));
   }
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
-    return getNewStream(d, 0);
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
+    return getNewStream(d, high_priority ? -1 : 0);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     const auto index = resolve_index(s.device_index());
@@ -589,27 +792,94 @@ at::Generator host_generator_for_op(const at::Generator& npu_generator, uint64_t
 namespace {
 
 std::mutex g_pinned_mutex;
-std::map<uintptr_t, size_t> g_pinned;  // base address -> size
+std::map<uintptr_t, size_t> g_pinned;             // base address -> size, of every pinned block (in use or cached)
+std::map<size_t, std::vector<void*>> g_pinned_cache;  // size -> freed pinned blocks kept for reuse, last freed last
+at::HostStats g_host_stats;                        // guarded by g_pinned_mutex
 
+// Pinned host memory with torch_npu's (and CUDA's) caching host allocator contract: blocks of power-of-two sizes,
+// a freed block is reused by the next allocation of its size (copies run synchronously, so no event is pending),
+// empty_host_cache() returns the cached ones. torch.accelerator's host-memory calls reach it as PrivateUse1's.
 void release_pinned(void* ptr) {
-  {
-    std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    g_pinned.erase(reinterpret_cast<uintptr_t>(ptr));
-  }
-  c10::free_cpu(ptr);
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  const size_t size = g_pinned.at(reinterpret_cast<uintptr_t>(ptr));
+  g_pinned_cache[size].push_back(ptr);
+  g_host_stats.active_requests.decrease(1);
+  g_host_stats.active_bytes.decrease(size);
 }
 
-struct PinnedAllocator final : c10::Allocator {
+size_t pinned_block_size(size_t nbytes) {
+  size_t size = 1;
+  while (size < nbytes) size <<= 1;
+  return size;
+}
+
+struct PinnedAllocator final : at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
-    void* data = c10::alloc_cpu(nbytes ? nbytes : 1);
+    const size_t size = pinned_block_size(nbytes ? nbytes : 1);
+    void* data = nullptr;
     {
       std::lock_guard<std::mutex> lock(g_pinned_mutex);
-      g_pinned[reinterpret_cast<uintptr_t>(data)] = nbytes ? nbytes : 1;
+      auto it = g_pinned_cache.find(size);
+      if (it != g_pinned_cache.end()) {
+        data = it->second.back();
+        it->second.pop_back();
+        if (it->second.empty()) g_pinned_cache.erase(it);
+      }
     }
+    if (data == nullptr) {
+      data = c10::alloc_cpu(size);
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned[reinterpret_cast<uintptr_t>(data)] = size;
+      g_host_stats.allocations.increase(1);
+      g_host_stats.allocated_bytes.increase(size);
+      g_host_stats.num_host_alloc += 1;
+    }
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_host_stats.active_requests.increase(1);
+    g_host_stats.active_bytes.increase(size);
     return {data, data, &release_pinned, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release_pinned; }
   void copy_data(void* dst, const void* src, std::size_t n) const override { default_copy_data(dst, src, n); }
+
+  bool record_event(void*, void*, c10::Stream) override { return true; }  // kernels have finished already
+  void empty_cache() override {
+    std::map<size_t, std::vector<void*>> cached;
+    {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      cached.swap(g_pinned_cache);
+      for (auto& [size, blocks] : cached) {
+        for (void* ptr : blocks) {
+          g_pinned.erase(reinterpret_cast<uintptr_t>(ptr));
+          g_host_stats.allocations.decrease(1);
+          g_host_stats.allocated_bytes.decrease(size);
+          g_host_stats.num_host_free += 1;
+        }
+      }
+    }
+    for (auto& entry : cached) {
+      for (void* ptr : entry.second) c10::free_cpu(ptr);
+    }
+  }
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    return g_host_stats;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    for (auto* stat : {&g_host_stats.active_requests, &g_host_stats.active_bytes, &g_host_stats.allocations,
+                       &g_host_stats.allocated_bytes}) {
+      stat->reset_accumulated();
+    }
+    g_host_stats.num_host_alloc = g_host_stats.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    for (auto* stat : {&g_host_stats.active_requests, &g_host_stats.active_bytes, &g_host_stats.allocations,
+                       &g_host_stats.allocated_bytes}) {
+      stat->reset_peak();
+    }
+  }
 };
 PinnedAllocator g_pinned_allocator;
 
@@ -666,6 +936,7 @@ struct NpuHooks final : at::PrivateUse1HooksInterface {
 
 const bool g_hooks_registered = [] {
   at::RegisterPrivateUse1HooksInterface(new NpuHooks());
+  at::setHostAllocator(kNpu, &g_pinned_allocator);
   return true;
 }();
 

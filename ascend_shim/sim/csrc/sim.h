@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace c10 {
 class OperatorHandle;
@@ -31,7 +32,9 @@ constexpr int kMaxDevices = 64;
 
 // ---- devices -------------------------------------------------------------------------------------------------
 c10::DeviceIndex device_count();
-void configure_device_count(int n);  // before the first device_count()
+void configure_device_count(int n);  // until the program first uses a device
+void fix_device_count();             // when the runtime initializes: first allocation, torch_npu's lazy init
+bool device_count_fixed();
 c10::DeviceIndex current_device();
 void set_device(c10::DeviceIndex index);  // validates the index
 void check_index(c10::DeviceIndex index);
@@ -39,6 +42,8 @@ c10::DeviceIndex resolve_index(c10::DeviceIndex index);  // -1 -> current device
 // Like a real NPU runtime, a process forked after it used the device cannot use it again.
 void check_not_forked();
 bool in_bad_fork();
+// The emulator's own bring-up probe is not the program's use: a fork stays clean, the visible devices open.
+void forget_use();
 
 // ---- memory ----------------------------------------------------------------------------------------------------
 c10::Allocator* npu_allocator();
@@ -52,11 +57,29 @@ c10::DataPtr host_view_of(const c10::Storage& npu_storage);
 struct MemoryStats {
   int64_t live_bytes, peak_bytes, allocated_bytes, freed_bytes;
   int64_t live_blocks, peak_blocks, allocated_blocks, freed_blocks;
+  int64_t reserved_bytes, peak_reserved_bytes, reserved_allocated_bytes, reserved_freed_bytes;
+  int64_t segments, peak_segments, segments_allocated, segments_freed;
   int64_t oom_count;
 };
 MemoryStats memory_stats(c10::DeviceIndex index);
+// per pool, as torch_npu's allocator keeps them: all blocks, the small pool (<= 1 MiB), the large pool
+constexpr int kAllPools = 0, kSmallPool = 1, kLargePool = 2, kPools = 3;
+struct CounterValues {
+  int64_t current, peak, allocated, freed;
+};
+struct PoolStats {
+  CounterValues bytes, blocks, reserved, segments;
+};
+PoolStats pool_stats(c10::DeviceIndex index, int pool);
+// every block the allocator holds for the device: in use (allocated bytes > 0) or cached
+struct Segment {
+  uintptr_t address;
+  size_t capacity, allocated;
+};
+std::vector<Segment> segments(c10::DeviceIndex index);
 void reset_peak(c10::DeviceIndex index);
 void reset_accumulated(c10::DeviceIndex index);
+void empty_cache(c10::DeviceIndex index);  // frees the device's cached blocks
 int64_t total_memory();
 void set_memory_fraction(double fraction, c10::DeviceIndex index);
 double memory_fraction(c10::DeviceIndex index);
@@ -79,6 +102,9 @@ int64_t d2h_syncs();
 void reset_d2h();
 void d2h_scope_enter();
 void d2h_scope_exit();
+// torch_npu's sync debug mode (0 off, 1 warn, 2 error) on device-to-host transfers
+void set_sync_debug_mode(int mode);
+int sync_debug_mode();
 
 // ---- random ----------------------------------------------------------------------------------------------------
 const at::Generator& default_generator(c10::DeviceIndex index);

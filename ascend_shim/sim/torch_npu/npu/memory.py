@@ -1,21 +1,18 @@
-"""Memory statistics of torch.npu, from the emulator's own accounting of live npu storage per device.
-
-The emulator has no caching allocator: every npu storage is one host allocation, freed when the storage dies.
-So reserved == allocated, a "segment" is an allocation, and empty_cache() has nothing to release. All numbers
-are real measurements of the emulated device, never placeholders.
+"""Memory statistics of torch.npu, from the emulated device's caching allocator (:mod:`ascend_shim.sim.memory_stats`,
+shared with the real layer's native stand-in): a freed block stays reserved until empty_cache(), so reserved >=
+allocated as on torch_npu. All numbers are real measurements of the emulated device, never placeholders.
 """
 from __future__ import annotations
 
 import collections
-import gc
 import pickle
-import sys
 import threading
 import warnings
 from typing import Any
 
 import torch
 
+from ... import memory_stats as _memory
 from ._unemulated import module_getattr, placeholder_class, placeholder_function
 from ._utils import _checked_index, _native
 
@@ -46,12 +43,12 @@ def max_memory_allocated(device=None) -> int:
 
 
 def memory_reserved(device=None) -> int:
-    """Equal to memory_allocated(): without a caching allocator nothing is held in reserve."""
-    return memory_allocated(device)
+    """Bytes the caching allocator holds for the device: blocks in use and blocks cached for reuse."""
+    return _raw(device)["reserved_bytes"]
 
 
 def max_memory_reserved(device=None) -> int:
-    return max_memory_allocated(device)
+    return _raw(device)["peak_reserved_bytes"]
 
 
 def memory_cached(device=None) -> int:
@@ -81,27 +78,12 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 
 def empty_cache() -> None:
-    """Nothing is cached: freed npu storage returns to the host at once."""
+    """Return the cached (free but reserved) blocks of every device to the host."""
+    _memory.empty_cache()
 
 
 def memory_stats_as_nested_dict(device=None) -> dict[str, Any]:
-    raw = _raw(device)
-    blocks = {"current": raw["live_blocks"], "peak": raw["peak_blocks"], "allocated": raw["allocated_blocks"],
-              "freed": raw["freed_blocks"]}
-    nbytes = {"current": raw["live_bytes"], "peak": raw["peak_bytes"], "allocated": raw["allocated_bytes"],
-              "freed": raw["freed_bytes"]}
-    stats: dict[str, Any] = {
-        "num_alloc_retries": 0,
-        "num_ooms": raw["ooms"],
-        "num_sync_all_streams": 0,
-        "num_device_alloc": raw["allocated_blocks"],
-        "num_device_free": raw["freed_blocks"],
-    }
-    for name in ("allocation", "segment", "active"):
-        stats[name] = {"all": dict(blocks)}
-    for name in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
-        stats[name] = {"all": dict(nbytes)}
-    return stats
+    return _memory.nested(_checked_index(device))
 
 
 def memory_stats(device=None) -> collections.OrderedDict[str, int]:
@@ -134,7 +116,9 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
          size(raw["freed_bytes"])),
         ("Allocations", raw["live_blocks"], raw["peak_blocks"], raw["allocated_blocks"], raw["freed_blocks"]),
     ]
-    lines = [f"|  Emulated NPU memory summary, device ID {index} (ascend_shim sim; reserved == allocated)",
+    rows.append(("Reserved memory", size(raw["reserved_bytes"]), size(raw["peak_reserved_bytes"]),
+                 size(raw["reserved_allocated_bytes"]), size(raw["reserved_freed_bytes"])))
+    lines = [f"|  Emulated NPU memory summary, device ID {index} (ascend_shim sim)",
              f"|  OOMs: {raw['ooms']}",
              "| {:<20} | {:>12} | {:>12} | {:>12} | {:>12} |".format("Metric", "Cur Usage", "Peak Usage",
                                                                     "Tot Alloc", "Tot Freed")]
@@ -143,9 +127,9 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
-    """(free, total) bytes of the emulated device: total is its nominal HBM size, free what is not live."""
+    """(free, total) bytes of the emulated device: total is its nominal HBM size, free what is not reserved."""
     total = _native().total_memory()
-    return total - memory_allocated(device), total
+    return total - memory_reserved(device), total
 
 
 def set_per_process_memory_fraction(fraction: float, device=None) -> None:
@@ -186,7 +170,7 @@ def caching_allocator_delete(mem_ptr) -> None:
 
 
 def get_allocator_backend() -> str:
-    """"native": the emulator's own allocator (one host allocation per storage, no caching)."""
+    """"native": the emulator's own caching allocator."""
     return "native"
 
 
@@ -195,12 +179,12 @@ def empty_virt_addr_cache() -> None:
 
 
 def host_empty_cache() -> None:
-    """Nothing is cached: pinned host memory is returned to the host when freed."""
+    """Return the pinned host blocks the caching host allocator holds for reuse to the host."""
+    _native().host_empty_cache()
 
 
 # ---- snapshots ---------------------------------------------------------------------------------------------
 
-_history: dict[str, Any] = {"enabled": None}
 _warned: set[str] = set()
 
 
@@ -210,77 +194,26 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, stacklevel=3)
 
 
-def _live_storages(index: int | None) -> list[tuple[int, int, int]]:
-    """(device, address, nbytes) of every live npu storage: from the allocator when it lists its blocks, else
-    from the storages of tensors reachable from Python (warning when that misses live bytes)."""
-    native = _native()
-    devices = range(native.device_count()) if index is None else (index,)
-    lister = getattr(native, "live_blocks", None)
-    if lister is not None:
-        return [(d, int(addr), int(size)) for d in devices for addr, size in lister(d)]
-    seen: dict[tuple[int, int], int] = {}
-    for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and not obj.is_meta and obj.device.type == "npu":
-            try:  # fake and functional tensors (torch.compile's tracing) have no data pointer
-                storage = obj.untyped_storage()
-                nbytes = storage.nbytes()
-                if type(nbytes) is not int or not storage.data_ptr():  # a fake tensor kept alive, symbolic size
-                    continue
-                if nbytes and obj.device.index in devices:
-                    seen[(obj.device.index, storage.data_ptr())] = nbytes
-            except (RuntimeError, NotImplementedError):
-                continue
-    found = [(d, addr, size) for (d, addr), size in sorted(seen.items())]
-    for d in devices:
-        missing = native.memory_stats(d)["live_bytes"] - sum(size for dd, _, size in found if dd == d)
-        if missing > 0:
-            _warn_once(f"missing{d}", f"torch.npu memory snapshot of npu:{d}: {missing} live bytes belong to storages "
-                                      "not reachable from Python (e.g. autograd buffers) and are not listed")
-    return found
-
-
-def _segments(index: int | None) -> list[dict]:
-    segments = []
-    for device, address, size in _live_storages(index):
-        block = {"address": address, "size": size, "requested_size": size, "state": "active_allocated",
-                 "frames": []}
-        segments.append({"device": device, "address": address, "total_size": size, "allocated_size": size,
-                         "active_size": size, "requested_size": size, "stream": 0,
-                         "segment_type": "large" if size > (1 << 20) else "small", "segment_pool_id": (0, 0),
-                         "is_expandable": False, "frames": [], "blocks": [block]})
-    return segments
-
-
 def memory_snapshot(mempool_id=None) -> list[dict]:
-    """The allocator's segments on every device: one segment (with one active block) per live storage, since
-    the emulator allocates each storage separately and caches nothing."""
+    """The allocator's segments on every device: each block it holds, in use or cached (blocks are not split)."""
     if mempool_id is not None:
         raise ValueError(f"no memory pool {tuple(mempool_id)!r}: the emulated allocator has only the default pool")
-    return _segments(None)
+    return _memory.segments()
 
 
 def _record_memory_history(enabled="all", *args, **kwargs) -> None:
-    """Accepted; the snapshot lists live blocks, but alloc/free traces and stack frames are not recorded by
+    """Accepted; the snapshot lists the blocks, but alloc/free traces and stack frames are not recorded by
     the emulated allocator (warned once when enabled). Takes torch_npu's arguments (``context``, ``stacks``,
     ``max_entries``, ``device``) after ``enabled``."""
-    _record_memory_history_impl(enabled, *args, **kwargs)
-
-
-def _record_memory_history_impl(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
-                                device=None) -> None:
-    if enabled not in (None, "state", "all", True, False):
-        raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
-    _history["enabled"] = enabled or None
+    _memory.record_history(enabled, *args, **kwargs)
     if enabled:
-        _warn_once("history", "torch.npu.memory._record_memory_history: the emulated NPU's snapshots list the live "
-                              "blocks but no allocation stack frames or alloc/free trace")
+        _warn_once("history", "torch.npu.memory._record_memory_history: the emulated NPU's snapshots list the "
+                              "allocator's blocks but no allocation stack frames or alloc/free trace")
 
 
 def _snapshot(device=None, augment_with_fx_traces=False) -> dict:
     """``{"segments", "device_traces", "allocator_settings"}`` like torch_npu; the traces are empty."""
-    native = _native()
-    return {"segments": _segments(None), "device_traces": [[] for _ in range(native.device_count())],
-            "allocator_settings": {"expandable_segments": False}}
+    return _memory.snapshot()
 
 
 def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False) -> None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 
 from ascend_shim.sim import DEVICE_NAME
+from ascend_shim.sim import _device_index
+
 from ._utils import _checked_index, _get_device_index, _native
 
 __all__ = [
@@ -19,12 +21,13 @@ __all__ = [
 
 
 def is_available() -> bool:
-    return _native().device_count() > 0
+    return device_count() > 0
 
 
 def device_count() -> int:
-    """Number of emulated devices (ASCEND_SHIM_SIM_DEVICES, default 8)."""
-    return _native().device_count()
+    """Number of emulated devices this process sees (ASCEND_SHIM_SIM_DEVICES, default 8, narrowed by
+    ASCEND_RT_VISIBLE_DEVICES until a device is first used)."""
+    return _device_index.device_count()
 
 
 def current_device() -> int:
@@ -122,12 +125,15 @@ def get_device_capability(device=None):
 
 
 def can_device_access_peer(device_id, peer_device_id) -> bool:
-    """Emulated devices share host memory, so every pair of existing devices can access each other."""
+    """Emulated devices share host memory, so every pair of distinct devices can access each other; a device is
+    not its own peer (False, as torch_npu and CUDA answer)."""
+    indices = []
     for index, what in ((device_id, "device id"), (peer_device_id, "peer device id")):
         index = _get_device_index(index, optional=True)
         if index < 0 or index >= device_count():
             raise AssertionError(f"Invalid {what}")
-    return True
+        indices.append(index)
+    return indices[0] != indices[1]
 
 
 def is_bf16_supported(including_emulation: bool = False) -> bool:
@@ -151,6 +157,8 @@ _initialized = False
 def _lazy_init() -> None:
     global _initialized
     if not _native().in_bad_fork():
+        device_count()
+        _native().fix_device_count()  # the runtime initializes: the visible devices are fixed from now on
         _initialized = True
 
 

@@ -1,0 +1,88 @@
+"""Huawei's own torch_npu tests as the emulated NPU's judge: run them over either torch_npu layer, count per file.
+
+The tests live in Huawei's repository (Ascend/pytorch, ``test/``), which this project never ships: fetch it
+(``git clone`` at the commit nearest the paired wheel), then
+
+    python tools/huawei_tests.py PATH/TO/pytorch/test --layer real [--layer builtin] [--junit-dir DIR] [FILE ...]
+
+Each file runs in its own ``python -m ascend_shim run --simulate --disable '*' -m pytest`` (the shim's patches
+off: the emulator alone answers), with pytest-timeout per test and a limit per file. The default files are the
+API-level ones the emulator claims (device, memory, streams, events, generators, amp, storage, serialization,
+c10d, transfer_to_npu, accelerator, autocast). Prints ``file: ran / passed / failed`` per layer and the total;
+exit 1 when a file could not run. ``expecttest`` must be installed (Huawei's testing package imports torch's).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+FILES = ["npu/test_device", "npu/test_generators", "npu/test_utilities", "npu/test_copy",
+         "npu/test_empty_strided_npu", "npu/test_npu", "npu/test_torch_npu", "npu/test_amp", "npu/test_stream",
+         "npu/test_multi_devices_single_process", "npu/test_c10d", "npu/test_storage", "npu/test_serialization",
+         "test_torch_npu_init", "contrib/test_transfer_to_npu", "contrib/test_transfer_to_npu_env",
+         "test_accelerator", "test_autocast", "distributed/test_device"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_file(test_dir: Path, name: str, layer: str, junit: Path, per_file_s: int) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
+    env.update(ASCEND_SHIM_SIM_LAYER=layer, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
+                                                                                    env.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", "--disable", "*", "-m", "pytest", "-q",
+           "-p", "no:cacheprovider", "--timeout", "120", f"--junitxml={junit}", f"{name}.py"]
+    try:
+        return subprocess.run(cmd, cwd=test_dir, env=env, capture_output=True, text=True, timeout=per_file_s)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "", exc.stderr or "")
+
+
+def counts(junit: Path) -> tuple[int, int] | None:
+    """(tests that ran, tests that passed) from a JUnit file; None when the file never ran."""
+    if not junit.is_file():
+        return None
+    root = ET.parse(junit).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return None
+    ran = int(suite.get("tests", 0)) - int(suite.get("skipped", 0))
+    return ran, ran - int(suite.get("failures", 0)) - int(suite.get("errors", 0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("test_dir", type=Path, help="the test/ folder of a checkout of Ascend/pytorch")
+    parser.add_argument("files", nargs="*", default=FILES, help="test files, relative, without .py")
+    parser.add_argument("--layer", action="append", choices=("real", "builtin"), help="default: real")
+    parser.add_argument("--junit-dir", type=Path, help="keep the JUnit files and logs here")
+    parser.add_argument("--per-file-s", type=int, default=900)
+    ns = parser.parse_args(argv)
+    out = ns.junit_dir or Path(tempfile.mkdtemp(prefix="huawei-tests-"))
+    broken = 0
+    for layer in ns.layer or ["real"]:
+        total_ran = total_passed = 0
+        for name in ns.files:
+            junit = out / layer / f"{name.replace('/', '_')}.xml"
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            done = run_file(ns.test_dir, name, layer, junit, ns.per_file_s)
+            junit.with_suffix(".log").write_text(done.stdout + done.stderr)
+            got = counts(junit)
+            if got is None:
+                broken += 1
+                print(f"{layer:8s} {name:42s} did not run (exit {done.returncode}; log {junit.with_suffix('.log')})")
+                continue
+            ran, passed = got
+            total_ran, total_passed = total_ran + ran, total_passed + passed
+            late = " (timed out after its tests)" if done.returncode == 124 else ""
+            print(f"{layer:8s} {name:42s} ran {ran:4d}  passed {passed:4d}  failed {ran - passed:3d}{late}")
+        share = 100.0 * total_passed / total_ran if total_ran else 0.0
+        print(f"{layer:8s} {'TOTAL':42s} ran {total_ran:4d}  passed {total_passed:4d}  ({share:.1f}%)")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
