@@ -4,18 +4,14 @@ import os
 import pytest
 
 #: The torch_npu Python the emulated NPU runs under in this test run, in-process and in the processes tests
-#: start: as for users, ``real`` (Huawei's, prepared by fetch-torch-npu) when it is prepared, else ``builtin`` (the
-#: emulator's own); ``ASCEND_SHIM_SIM_LAYER=builtin python -m pytest ...`` runs the builtin lane.
-LAYER = os.environ.get("ASCEND_SHIM_SIM_LAYER", "auto")
+#: start: ``builtin`` (the emulator's own, the default) or ``real`` (Huawei's, prepared by fetch-torch-npu:
+#: ``ASCEND_SHIM_SIM_LAYER=real python -m pytest ...`` runs the real-layer lane).
+LAYER = os.environ.get("ASCEND_SHIM_SIM_LAYER", "builtin")
 # A test run must never pick up activation from the environment it was started in.
 for _var in [v for v in os.environ if v.startswith("ASCEND_SHIM")]:
     del os.environ[_var]
-
-if LAYER == "auto":
-    from ascend_shim.real_layer import find_prepared as _find_prepared
-
-    LAYER = "real" if _find_prepared() is not None else "builtin"
 os.environ["ASCEND_SHIM_SIM_LAYER"] = LAYER
+
 
 # imported once the environment is clean (above)
 import ascend_shim.sim  # noqa: E402
