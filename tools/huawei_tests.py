@@ -42,13 +42,15 @@ def run_file(test_dir: Path, name: str, layer: str, junit: Path, per_file_s: int
 
 
 def counts(junit: Path) -> tuple[int, int] | None:
-    """(tests that ran, tests that passed) from a JUnit file; None when the file never ran."""
+    """(tests that ran, tests that passed) from a JUnit file; None when the file never ran or did not import."""
     if not junit.is_file():
         return None
     root = ET.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     if suite is None:
         return None
+    if any(case.get("classname") == "" for case in suite.iter("testcase")):
+        return None  # a collection error: the file did not import
     ran = int(suite.get("tests", 0)) - int(suite.get("skipped", 0))
     return ran, ran - int(suite.get("failures", 0)) - int(suite.get("errors", 0))
 
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             got = counts(junit)
             if got is None:
                 broken += 1
-                print(f"{layer:8s} {name:42s} did not run (exit {done.returncode}; log {junit.with_suffix('.log')})")
+                print(f"{layer:8s} {name:42s} did not import or run (exit {done.returncode}; "
+                      f"log {junit.with_suffix('.log')})")
                 continue
             ran, passed = got
             total_ran, total_passed = total_ran + ran, total_passed + passed
