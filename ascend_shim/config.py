@@ -22,9 +22,10 @@ _ID_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")
 MAX_SIM_DEVICES = 64
 SIM_HCCL_AVG = ("reject", "sum_div")
 #: ``ASCEND_SHIM_COMPILE_BACKEND`` values known without importing dynamo (which takes a second): ``none``, the
-#: backends torch registers itself (torch 2.4 to 2.14), and ``npu``, which torch_npu registers
+#: backends torch registers itself (torch 2.4 to 2.14), and those torch_npu registers (``npu``; ``npugraph_ex`` and
+#: ``npugraphs`` in 2.13, declared in its entry points, which the emulator's real layer answers only once enabled)
 COMPILE_BACKENDS = (
-    "eager", "aot_eager", "inductor", "none", "npu", "aot_eager_decomp_partition",
+    "eager", "aot_eager", "inductor", "none", "npu", "npugraph_ex", "npugraphs", "aot_eager_decomp_partition",
     "aot_eager_decomp_partition_crossref", "aot_eager_decomp_partition_with_mode", "aot_eager_default_partitioner",
     "aot_ts", "cudagraphs", "dynamo_accuracy_minifier_backend", "dynamo_minifier_backend", "eager_debug",
     "eager_noexcept", "invoke_subgraph", "onnxrt", "openxla", "openxla_eval", "pre_dispatch_eager", "ts", "tvm",

@@ -40,7 +40,8 @@ class PatchContext:
     @property
     def emulated(self) -> bool:
         """Is the device the emulated NPU (either torch_npu layer)? For patches that stand in for what hardware
-        discovery reads (device nodes, AscendCL), which the emulator does not have under any layer."""
+        discovery reads (device nodes, AscendCL), which the emulator does not have under any layer, and for checks
+        that read the emulated device's memory (:meth:`emulated_memory`)."""
         return self.config.backend == "sim"
 
     # -- the emulated NPU, as far as a patch may know it -------------------------------------------------------

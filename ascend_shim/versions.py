@@ -155,6 +155,9 @@ def release(version: str | None) -> tuple[int, ...] | None:
     """``(2, 13, 0)`` for ``"2.13.0.post3+cpu"``; None for no or an invalid version."""
     if not version:
         return None
+    plain = _PLAIN_VERSION.fullmatch(version.strip())
+    if plain is not None:  # a final release: without importing packaging (activation reads torch's this way)
+        return tuple(int(n) for n in plain.group(1).split("."))
     from packaging.version import InvalidVersion, Version
 
     try:

@@ -11,6 +11,9 @@ LAYER = os.environ.get("ASCEND_SHIM_SIM_LAYER", "builtin")
 for _var in [v for v in os.environ if v.startswith("ASCEND_SHIM")]:
     del os.environ[_var]
 os.environ["ASCEND_SHIM_SIM_LAYER"] = LAYER
+#: The backend the shim's patches serve under ``--simulate`` in this lane (``current_backend()``, the report's
+#: ``process.backend``): on the real layer the shim runs its ``npu`` code, as on hardware.
+SIM_BACKEND = "npu" if LAYER == "real" else "sim"
 
 
 # imported once the environment is clean (above)
@@ -21,9 +24,10 @@ from ascend_shim import activation as _activation  # noqa: E402
 # first backward(), so a device registered later could not run backward in this process.
 if LAYER == "real":
     from ascend_shim import backend as _backend
-    from ascend_shim.real_layer import find_prepared
+    from ascend_shim import real_layer as _real_layer
 
-    if find_prepared() is None:
+    _PREPARED = _real_layer.find_prepared()
+    if _PREPARED is None:
         raise pytest.UsageError("ASCEND_SHIM_SIM_LAYER=real: prepare Huawei's torch_npu first "
                                 "(python -m ascend_shim fetch-torch-npu)")
 
@@ -35,11 +39,20 @@ else:
 _activation.set_summary_printing(False)  # the exit summary is for users, not for the test runner's output
 
 
+def pytest_runtest_setup(item):
+    if LAYER != "builtin" and item.get_closest_marker("builtin_layer") is not None:
+        pytest.skip("builtin layer only: the emulator's own torch_npu facade, or a listed layer difference")
+
+
 @pytest.fixture(autouse=True)
 def emulated_npu_layer():
     """Each test starts with the emulator's torch_npu layer in place: a deactivate() in an earlier test takes the
-    builtin layer away (as it must for users), the device itself stays."""
-    ascend_shim.sim.install()
+    builtin layer away, or stops the real layer answering imports and metadata queries for torch_npu (as it must
+    for users); the device itself, and an imported torch_npu, stay."""
+    if LAYER == "real":
+        _real_layer.enable(_PREPARED)
+    else:
+        ascend_shim.sim.install()
     yield
 
 

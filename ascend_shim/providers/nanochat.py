@@ -99,7 +99,7 @@ def keep_kvcache_position_on_host(ctx: PatchContext) -> None:
     others = _outside_writers(sources, cls)
     if others:
         raise TargetMissing(f"cache_seqlens is also written outside KVCache's {', '.join(KV_WRITERS)}: {others[:3]}")
-    check = ctx.backend == "sim"  # the emulator's own torch_npu layer: its memory is read without a sync
+    check = ctx.emulated  # the emulated NPU (either torch_npu layer): its memory is read without a sync
     pid = ctx.patch.id
     key = "_ascend_shim_host_position"
 

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from tests.conftest import SIM_BACKEND
 from tests.subprocess_env import shim_free_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -64,7 +65,7 @@ def test_children_come_up_activated_with_the_same_settings(tmp_path):
     results = data["results"]
     assert [r["tag"] for r in results] == ["root", "spawn0", "spawn1", "subprocess"] or \
         sorted(r["tag"] for r in results) == ["root", "spawn0", "spawn1", "subprocess"]
-    assert all(r["active"] and r["backend"] == "sim" and r["strict"] for r in results), results
+    assert all(r["active"] and r["backend"] == SIM_BACKEND and r["strict"] for r in results), results
     assert len({r["pid"] for r in results}) == 4
 
 

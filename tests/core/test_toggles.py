@@ -12,6 +12,7 @@ from ascend_shim.errors import ConfigError
 from ascend_shim.report import REPORT
 
 from .test_activation import PATCHES, TARGET
+from tests.conftest import SIM_BACKEND
 from tests.subprocess_env import shim_free_env
 
 
@@ -31,7 +32,7 @@ def test_backend_toggle(demo_env):
     p, env = demo_env
     env.setenv("ASCEND_SHIM_ONLY", f"{p}demo")
     _activate()
-    assert ascend_shim.current_backend() == "sim"
+    assert ascend_shim.current_backend() == SIM_BACKEND  # backend sim: "npu" on the real layer
 
 
 @pytest.mark.parametrize("var,value,needle", [

@@ -191,6 +191,9 @@ def test_device_type_npu_argument():
     assert device_type_changes(["x.py", "--device-type=cpu", "--run", "npu"]) == []
 
 
+# the real layer's torch_npu answers get_cann_version() "not known" after its import, which the kernels package's NPU
+# path cannot parse: a layer difference listed in docs/emulator.md
+@pytest.mark.builtin_layer
 def test_kernels_hub_answered_locally(clean_shim, monkeypatch):
     """The real kernels package with the hub offline: FA3 repositories are answered without any hub access."""
     import importlib

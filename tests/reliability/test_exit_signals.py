@@ -13,6 +13,7 @@ import pytest
 
 from ascend_shim import exit_signals
 
+from tests.conftest import LAYER, SIM_BACKEND
 from tests.subprocess_env import shim_free_env
 
 WAIT = 240  # seconds a process may take to come up (the emulator's first build, a loaded machine)
@@ -68,7 +69,8 @@ def _end(proc):
 def _report(path) -> dict:
     with open(path) as fh:
         rep = json.load(fh)
-    assert rep["process"]["backend"] == "sim" and rep["patches"], rep
+    assert rep["process"]["backend"] == SIM_BACKEND and rep["process"]["sim_layer"] == LAYER, rep["process"]
+    assert rep["patches"], rep
     return rep
 
 

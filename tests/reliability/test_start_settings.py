@@ -71,6 +71,16 @@ def test_every_backend_dynamo_registers_is_accepted():
         assert config.setting("compile_backend", {"ASCEND_SHIM_COMPILE_BACKEND": name}) == name
 
 
+def test_torch_npus_backends_are_accepted_before_its_metadata_is_found(monkeypatch):
+    """Under ``--simulate`` the settings are checked before the real layer answers for torch_npu's distribution
+    (its entry points declare ``npugraph_ex`` and ``npugraphs``)."""
+    from ascend_shim import registry
+
+    monkeypatch.setattr(registry, "_entry_points", lambda group: [])
+    for name in ("npu", "npugraph_ex", "npugraphs"):
+        assert config.setting("compile_backend", {"ASCEND_SHIM_COMPILE_BACKEND": name}) == name
+
+
 def test_a_backend_a_package_declares_to_dynamo_is_accepted(monkeypatch):
     from importlib.metadata import EntryPoint
 

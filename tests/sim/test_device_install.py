@@ -18,13 +18,16 @@ import threading
 import pytest
 import torch
 
+from tests.conftest import LAYER
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_python(code: str, env_extra: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+def run_python(code: str, env_extra: dict | None = None, timeout: int = 120,
+               args: list[str] | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=timeout)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *(args or [])], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=timeout)
 
 
 def test_install_is_idempotent_and_thread_safe(sim):
@@ -41,7 +44,9 @@ def test_install_is_idempotent_and_thread_safe(sim):
         t.start()
     for t in threads:
         t.join()
-    assert not errors and sim.is_installed()
+    assert not errors
+    # the builtin layer installs; where Huawei's torch_npu Python brought the device up, install() leaves it alone
+    assert sim.is_installed() is (LAYER == "builtin") and sim.layer() == LAYER
     assert torch._C._get_privateuse1_backend_name() == "npu"
     assert hasattr(torch.Tensor, "is_npu") and hasattr(torch.nn.Module, "npu") and hasattr(torch.UntypedStorage, "npu")
 
@@ -49,8 +54,14 @@ def test_install_is_idempotent_and_thread_safe(sim):
 def test_import_torch_npu_returns_the_emulator(sim):
     import torch_npu
 
-    emulated = importlib.import_module("ascend_shim.sim.torch_npu")
-    assert torch_npu is emulated and torch_npu.npu is torch.npu
+    if LAYER == "builtin":
+        emulated = importlib.import_module("ascend_shim.sim.torch_npu")
+        assert torch_npu is emulated
+    else:  # Huawei's package, as fetch-torch-npu prepared it
+        from ascend_shim.real_layer import find_prepared
+
+        assert torch_npu.__file__ == str(find_prepared() / "site" / "torch_npu" / "__init__.py")
+    assert torch_npu.npu is torch.npu
     assert importlib.import_module("torch_npu.npu.amp") is torch.npu.amp
     assert torch_npu.__version__ == sim.torch_base_version() == torch.__version__.split("+")[0]
     assert importlib.metadata.version("torch_npu") == torch_npu.__version__
@@ -65,7 +76,9 @@ def test_torch_npu_reexports_the_fused_ops():
     assert ops.__all__
     for name in ops.__all__:  # the operators whose kernels these are, as torch_npu exports its ops
         assert getattr(torch_npu, name) is getattr(torch.ops.npu, name)
-    if importlib.util.find_spec("ascend_shim.sim.ops.optim") is not None:
+    if LAYER != "builtin":  # Huawei's own optimizer, over the emulated fused ops
+        assert torch_npu.optim.NpuFusedAdamW.__module__ == "torch_npu.optim.npu_fused_adamw"
+    elif importlib.util.find_spec("ascend_shim.sim.ops.optim") is not None:
         assert torch_npu.optim.NpuFusedAdamW is importlib.import_module("ascend_shim.sim.ops.optim").NpuFusedAdamW
 
 
@@ -186,21 +199,45 @@ def test_install_after_the_first_backward_is_refused():
     assert "REFUSED True" in result.stdout
 
 
-def test_a_forked_child_cannot_use_the_device(sim):
-    torch.ones(1, device="npu")  # the parent has used the device
-    pid = os.fork()
-    if pid == 0:  # child: report through the exit code only
-        code = 3
-        try:
+def test_a_forked_child_cannot_use_the_device_once_the_parent_has():
+    """torch_npu's rule: a child forked before the parent used the device uses it; one forked after is refused
+    (``_is_in_bad_fork()``), the parent goes on. In a fresh process brought up on the lane's layer, so that the
+    fork before first use exists; forked by multiprocessing, as DataLoader workers and ``mp.Process`` are."""
+    result = run_python("""
+        import multiprocessing as mp, sys
+        import torch
+        import ascend_shim.sim as sim
+        if sys.argv[1] == "real":  # as tests/conftest.py brings it up
+            from ascend_shim import backend
+            backend.prepare("sim", "real")
+            backend.bring_up("sim", "real")
+        else:
+            sim.install()
+
+        def child(q):
             try:
-                torch.ones(1, device="npu")
+                q.put(("used", torch.ones(2, device="npu").sum().item(), torch.npu._is_in_bad_fork()))
             except RuntimeError as exc:
-                code = 0 if "forked subprocess" in str(exc) and torch.npu._is_in_bad_fork() else 4
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == 0
-    assert not torch.npu._is_in_bad_fork()
+                q.put(("refused", "forked subprocess" in str(exc), torch.npu._is_in_bad_fork()))
+
+        def fork():
+            ctx = mp.get_context("fork")
+            q = ctx.Queue()
+            p = ctx.Process(target=child, args=(q,))
+            p.start()
+            got = q.get(timeout=120)
+            p.join(120)
+            return got + (p.exitcode,)
+
+        print("before", fork())
+        torch.ones(1, device="npu")  # the parent uses the device
+        print("after", fork())
+        print("parent", torch.npu._is_in_bad_fork(), torch.ones(2, device="npu").sum().item(), sim.layer())
+    """, args=[LAYER])
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()[-3:]
+    expected = ["before ('used', 2.0, False, 0)", "after ('refused', True, True, 0)", f"parent False 2.0 {LAYER}"]
+    assert lines == expected, result.stdout + result.stderr[-3000:]
 
 
 def test_device_state_initializes_lazily_like_torch_npu():

@@ -13,6 +13,9 @@ import torch
 
 from tests.subprocess_env import shim_free_env
 
+#: the builtin facade's torch.npu; on the real layer torch.npu is Huawei's (tests/real_layer/ judge it)
+pytestmark = pytest.mark.builtin_layer
+
 MiB = 1 << 20
 #: the emulated device's memory: a 910B3's 64 GiB, capped at the host's physical memory
 DEVICE_MEMORY = min(64 << 30, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))

@@ -52,6 +52,7 @@ def one_rank_group(npu):
 
 
 # ----------------------------------------------------------------------------------------- registration
+@pytest.mark.builtin_layer  # the builtin layer's registration; on the real layer torch_npu registers hccl itself
 def test_register_is_idempotent_and_matches_torch_npu(npu):
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import BackendConfig
