@@ -197,11 +197,12 @@ def cuda_graph(ctx: PatchContext) -> object:
 
 @cuda.patch("torch.cuda:default_generators", kind="replace", covers=("torch.cuda.default_generators",),
             why="code seeds or snapshots torch.cuda.default_generators directly.",
-            what="the NPU's default generators.", remove_when=REMOVE)
+            what="the NPU's default generators, read at each use (torch_npu fills them in at the device's first "
+                 "use, after torch.cuda is patched).", remove_when=REMOVE)
 def default_generators(ctx: PatchContext) -> object:
-    from ascend_shim.providers.torch_cuda import npu_attribute
+    from ascend_shim.providers.torch_cuda import default_generators
 
-    return npu_attribute(ctx, "default_generators")
+    return default_generators(ctx)
 
 
 @cuda.patch("torch.cuda:nvtx", kind="replace", fidelity="neutral", covers=("torch.cuda.nvtx",),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ascend_shim.providers.device_wrappers import note, translate_device
@@ -41,6 +41,41 @@ def npu_attribute(ctx: PatchContext, name: str) -> Any:
         return not_implemented
     except AttributeError:
         return ctx.need(torch.npu, name, "torch.npu")
+
+
+class NpuDefaultGenerators(Sequence):
+    """``torch.cuda.default_generators`` on the NPU: ``torch.npu.default_generators`` as it is when read. torch_npu
+    fills that tuple in at the device's first use (``_lazy_init`` rebinds it, as torch does CUDA's), which comes
+    after the shim patched ``torch.cuda``: a copy taken then would stay empty (megatron's ``_set_cuda_rng_state``
+    then fails with an IndexError)."""
+
+    def __getitem__(self, index):
+        import torch
+
+        return torch.npu.default_generators[index]
+
+    def __len__(self) -> int:
+        import torch
+
+        return len(torch.npu.default_generators)
+
+    def __iter__(self) -> Iterator:
+        import torch
+
+        return iter(torch.npu.default_generators)
+
+    def __repr__(self) -> str:
+        import torch
+
+        return repr(torch.npu.default_generators)
+
+
+def default_generators(ctx: PatchContext) -> Sequence:
+    """:class:`NpuDefaultGenerators` where the backend has ``torch.npu.default_generators``."""
+    import torch
+
+    ctx.need(torch.npu, "default_generators", "torch.npu")
+    return NpuDefaultGenerators()
 
 
 def cuda_callable(ctx: PatchContext, name: str, fn: Any) -> Any:

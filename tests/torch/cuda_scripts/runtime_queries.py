@@ -35,6 +35,9 @@ torch.cuda.current_stream().wait_stream(s)
 assert z.device.type == "npu"
 
 torch.cuda.manual_seed(123)
+# filled in at the device's first use, after torch.cuda was patched (megatron's RNG tracker indexes them)
+gens = torch.cuda.default_generators
+assert len(gens) == torch.cuda.device_count() and gens[torch.cuda.current_device()].initial_seed() == 123, gens
 r1 = torch.randn(4, device="cuda")
 torch.cuda.manual_seed(123)
 r2 = torch.randn(4, device="cuda")
