@@ -12,7 +12,7 @@ Every rule below answers a way the cache could hand a process code nobody here b
 * a build runs in a fresh private directory and its ``.so`` is renamed into place, so no process ever sees a
   half-written file; existence is decided under the lock, or by a file that matches its manifest;
 * the lock is opened without following links or truncating; it must be this user's plain file, in which the
-  holder writes its pid;
+  holder writes its pid (:func:`hold`; ``fetch-torch-npu`` publishes under the same discipline);
 * a process waiting for another's build says what it waits for after a few seconds and gives up after
   ``ASCEND_SHIM_SIM_BUILD_TIMEOUT`` seconds;
 * a location that cannot hold a build is one line naming ``ASCEND_SHIM_SIM_BUILD_DIR``; :func:`check_location`
@@ -85,6 +85,20 @@ class Entry:
     def lock(self) -> Path:
         return self.root / f"{self.directory.name}.lock"
 
+    @property
+    def lock_file(self) -> LockFile:
+        return LockFile(self.lock, "the emulator's build lock", f"building the emulator's {self.name}", TIMEOUT_VAR)
+
+
+@dataclasses.dataclass(frozen=True)
+class LockFile:
+    """A lock file that serializes one task across processes (:func:`hold`), and how messages name it."""
+
+    path: Path
+    label: str              # what it is: "the emulator's build lock"
+    task: str               # what its holder does, for those that wait: "building the emulator's sim_core"
+    wait_setting: str = ""  # the variable that sets how long a process waits ("" when none does)
+
 
 @dataclasses.dataclass(frozen=True)
 class State:
@@ -131,14 +145,14 @@ def _entry_fix(entry: Entry) -> str:
     return f"delete {entry.directory} (it is rebuilt on the next run)"
 
 
-def _lock_fix(entry: Entry) -> str:
-    return f"delete it (rm {entry.lock})"
+def _lock_fix(lock: LockFile) -> str:
+    return f"delete it (rm {lock.path})"
 
 
-def _bad_lock(entry: Entry, st: os.stat_result) -> State:
+def _bad_lock(lock: LockFile, st: os.stat_result) -> State:
     what = "a symbolic link: it is not followed" if stat.S_ISLNK(st.st_mode) else \
         "not a plain file of its own: it is not used"
-    return State("unsafe", f"the emulator's build lock {entry.lock} is {what}. Fix: {_lock_fix(entry)}")
+    return State("unsafe", f"{lock.label} {lock.path} is {what}. Fix: {_lock_fix(lock)}")
 
 
 def _unusable(root: Path, reason: str) -> State:
@@ -233,8 +247,8 @@ def inspect(entry: Entry) -> State:
         except FileNotFoundError:
             return files
         if not stat.S_ISREG(lock.st_mode) or lock.st_nlink != 1:
-            return _bad_lock(entry, lock)
-        return _unsafe(f"the emulator's build lock {entry.lock}", lock, _lock_fix(entry)) or files
+            return _bad_lock(entry.lock_file, lock)
+        return _unsafe(f"the emulator's build lock {entry.lock}", lock, _lock_fix(entry.lock_file)) or files
     return files
 
 
@@ -258,9 +272,10 @@ def _holder(fd: int) -> str:
     return f"process {pid}" if pid.isdigit() else "another process"
 
 
-def _acquire(fd: int, entry: Entry, timeout: float) -> None:
+def _acquire(fd: int, lock: LockFile, timeout: float) -> None:
     start = time.monotonic()
     noticed = False
+    setting_hint = f", {lock.wait_setting}" if lock.wait_setting else ""
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by the OS even if this process dies
@@ -269,39 +284,44 @@ def _acquire(fd: int, entry: Entry, timeout: float) -> None:
             pass
         waited = time.monotonic() - start
         if waited >= timeout:
-            raise ShimError(f"gave up after {timeout:g} s waiting for {_holder(fd)} to finish building the "
-                            f"emulator's {entry.name} (lock {entry.lock}): if that process is stuck, end it; "
-                            f"{TIMEOUT_VAR} sets how long to wait")
+            how_long = f"; {lock.wait_setting} sets how long to wait" if lock.wait_setting else ""
+            raise ShimError(f"gave up after {timeout:g} s waiting for {_holder(fd)} to finish {lock.task} (lock "
+                            f"{lock.path}): if that process is stuck, end it{how_long}")
         if not noticed and waited >= WAIT_NOTICE_AFTER:
-            log.warning("waiting for %s to finish building the emulator's %s (lock %s; giving up after %g s, "
-                        "%s)", _holder(fd), entry.name, entry.lock, timeout, TIMEOUT_VAR)
+            log.warning("waiting for %s to finish %s (lock %s; giving up after %g s%s)", _holder(fd), lock.task,
+                        lock.path, timeout, setting_hint)
             noticed = True
         time.sleep(_POLL)
 
 
 @contextlib.contextmanager
-def _build_lock(entry: Entry, timeout: float) -> Iterator[None]:
-    """Hold the entry's build lock; the holder's pid is written in it for the processes that wait."""
+def hold(lock: LockFile, timeout: float, unusable: Callable[[str], ShimError]) -> Iterator[None]:
+    """Hold ``lock``, waiting at most ``timeout`` seconds for its holder; the holder's pid is written in it for the
+    processes that wait. ``unusable(reason)`` is the error raised when the lock file cannot be opened."""
     try:
-        fd = os.open(entry.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(lock.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UnsafeCacheError(_bad_lock(entry, os.lstat(entry.lock)).detail) from None
-        raise CacheLocationError(_unusable(entry.root, f"cannot open {entry.lock}: {exc.strerror}").detail) \
-            from None
+            raise UnsafeCacheError(_bad_lock(lock, os.lstat(lock.path)).detail) from None
+        raise unusable(f"cannot open {lock.path}: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            raise UnsafeCacheError(_bad_lock(entry, st).detail)
-        unsafe = _unsafe(f"the emulator's build lock {entry.lock}", st, _lock_fix(entry))
+            raise UnsafeCacheError(_bad_lock(lock, st).detail)
+        unsafe = _unsafe(f"{lock.label} {lock.path}", st, _lock_fix(lock))
         if unsafe:
             raise UnsafeCacheError(unsafe.detail)
-        _acquire(fd, entry, timeout)
+        _acquire(fd, lock, timeout)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)
+
+
+def _build_lock(entry: Entry, timeout: float) -> contextlib.AbstractContextManager[None]:
+    """Hold the entry's build lock."""
+    return hold(entry.lock_file, timeout, lambda why: CacheLocationError(_unusable(entry.root, why).detail))
 
 
 def _write_manifest(entry: Entry, size: int, digest: str) -> None:

@@ -291,9 +291,9 @@ def _coerce(var: EnvVar, raw):
         if value not in SIM_LAYERS:
             raise ConfigError(f"{name}={raw!r} is not a layer; valid values: {', '.join(SIM_LAYERS)}")
         return value
-    if var.field in ("sim_build_dir", "torch_npu_dir"):
+    if var.field in ("sim_build_dir", "torch_npu_dir"):  # resolved now, as report: one cache whatever the cwd
         value = str(raw).strip()
-        return os.path.expanduser(value) if value else ""
+        return os.path.abspath(os.path.expanduser(value)) if value else ""
     if var.field == "sim_build_timeout":
         return _parse_int(name, raw, 1, 86400)
     if var.field == "sim_cann_version":

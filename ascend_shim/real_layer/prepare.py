@@ -15,6 +15,10 @@ file of the package (:func:`check_files`: the loader compares the file list and 
 wheel's invalid escape sequences would warn at every start of a process that compiles them), and its directories
 and files get modes 0755 and 0644 whatever the umask: the loader refuses code others could have written. Nothing
 is downloaded during a run: a run only uses what this command prepared.
+
+A package lives in ``<root>/X.Y.Z``, the torch release it is built for (a ``.postN`` rebuild included), the one
+place a run looks: a wheel for another torch is refused, as is a version that is not a release's (it is the wheel's
+own text). Concurrent runs each unpack beside that place and replace it one after the other, under a lock.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import warnings
 import zipfile
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ShimError
 
 #: the file ``prepared.json`` records; bumped when what is kept or recorded changes (3: every file's size and
 #: sha256, bytecode compiled, modes set)
@@ -213,11 +217,98 @@ def check_files(where: Path, meta: dict, *, full: bool = False) -> list[str]:
 
 
 def version_of(zf: zipfile.ZipFile) -> str:
-    text = zf.read("torch_npu/version.py").decode()
+    name = Path(zf.filename or "the wheel").name
+    try:
+        text = zf.read("torch_npu/version.py").decode("utf-8", "replace")
+    except KeyError:
+        raise ConfigError(f"{name} has no torch_npu/version.py: it is not a torch-npu wheel; pass the torch-npu "
+                          f"wheel") from None
     match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
     if not match:
-        raise ConfigError("the wheel's torch_npu/version.py names no __version__: not a torch-npu wheel")
+        raise ConfigError(f"{name}: its torch_npu/version.py names no __version__: it is not a torch-npu wheel; pass "
+                          f"the torch-npu wheel")
     return match.group(1)
+
+
+#: a torch-npu release: ``X.Y.Z`` with PEP 440's pre, post, dev and local parts (``2.7.1.post8``, ``2.6.0rc1``).
+#: Nothing else may name a directory of the cache: a version is the wheel's own text
+_VERSION = re.compile(r"\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?"
+                      r"(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?")
+
+
+def _release_for_torch(got: str, source: str, torch_base: str) -> str:
+    """The torch release ``X.Y.Z`` the torch-npu version ``got`` (named by ``source``) is built for, which must be
+    the installed torch's (``torch_base``): the run looks for the package prepared for that torch only."""
+    from ..versions import base
+
+    if not _VERSION.fullmatch(got):
+        raise ConfigError(f"{source} names torch-npu version {got[:40]!r}, which is not a release version (X.Y.Z, "
+                          f"e.g. 2.7.1.post8): pass a torch-npu wheel")
+    release = base(got)
+    if release != torch_base:
+        raise ConfigError(f"{source} is torch-npu {got}, built for torch {release}, but the installed torch is "
+                          f"{torch_base}: it would never be used; use torch-npu {torch_base} (or a "
+                          f"{torch_base}.postN rebuild)")
+    return release
+
+
+def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
+    """Refuse, before anything is written, a member that would land outside the package."""
+    for name in zf.namelist():
+        if ".." in Path(name).parts or name.startswith("/"):
+            raise ConfigError(f"{path}: unsafe member {name!r} (a path outside the package): it is not a torch-npu "
+                              f"wheel as published; download it again")
+
+
+def _final_dir(root: Path, release: str) -> Path:
+    """``root/release``, which must be a directory of ``root`` itself (not a link elsewhere)."""
+    final = root / release
+    if final.resolve().parent != root.resolve():
+        raise ConfigError(f"{final} leads outside {root} (a link): delete it and run `ascend-shim fetch-torch-npu` "
+                          f"again")
+    return final
+
+
+#: how long a run waits for another's publishing (renames and the removal of the package it replaces: seconds)
+_PUBLISH_WAIT = 300.0
+
+
+def _publish(staging: Path, final: Path) -> None:
+    """Put ``staging`` in place of ``final``, under the root's lock (concurrent runs publish one after the other):
+    the package it replaces is renamed aside before the new one is renamed in, then removed."""
+    from .. import build_cache
+
+    root = final.parent
+    lock = build_cache.LockFile(root / ".publish.lock", "the lock of the prepared torch_npu packages",
+                                f"publishing torch_npu in {root}")
+
+    def unusable(why: str) -> ConfigError:
+        return ConfigError(f"{root} cannot be used ({why}); set ASCEND_SHIM_TORCH_NPU_DIR to a directory you can "
+                           f"write")
+
+    with build_cache.hold(lock, _PUBLISH_WAIT, unusable):
+        for left in root.glob(f".{final.name}.old-*"):  # left by a run that was killed: only the holder makes them
+            _remove(left)
+        aside = None
+        if os.path.lexists(final):
+            try:
+                stale = format_problem(json.loads((final / "prepared.json").read_text()))
+            except (OSError, ValueError, AttributeError):
+                stale = ""
+            if stale:
+                print(f"fetch-torch-npu: replacing {final}: {stale}", file=sys.stderr)
+            aside = root / f".{final.name}.old-{os.getpid()}-{os.urandom(4).hex()}"
+            os.rename(final, aside)
+        os.rename(staging, final)
+        if aside is not None:
+            _remove(aside)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _download(version: str, into: Path) -> Path:
@@ -236,10 +327,17 @@ def _download(version: str, into: Path) -> Path:
 def prepare(wheel: str | os.PathLike | None = None, version: str | None = None) -> Path:
     """Prepare the torch_npu Python paired with the installed torch (or ``wheel``); returns its directory.
 
-    Safe against concurrent runs: the package is unpacked beside its final place and renamed into it."""
+    Safe against concurrent runs: the package is unpacked beside its final place, which is replaced under a lock.
+    Whatever happens, nothing of the unpacking is left behind."""
     from ..versions import base, installed_version
 
-    wanted = version or base(installed_version("torch") or "")
+    torch_version = installed_version("torch")
+    if not torch_version:
+        raise ConfigError("torch is not installed: torch_npu is prepared for the installed torch; install torch first")
+    torch_base = base(torch_version)
+    if version is not None:
+        _release_for_torch(version, "--version", torch_base)
+    wanted = version or torch_base
     root = torch_npu_root()
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -259,40 +357,40 @@ def prepare(wheel: str | os.PathLike | None = None, version: str | None = None) 
             got = version_of(zf)
             if wheel is None and got != wanted:
                 raise ConfigError(f"the package index gave torch-npu {got}, not {wanted}")
-            staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{got}-"))
-            site = staging / "site"
-            kept, left_out = 0, []
-            for info in zf.infolist():
-                name = info.filename
-                if ".." in Path(name).parts or name.startswith("/"):
-                    raise ConfigError(f"{path}: unsafe member {name!r}")
-                if _keep(name):
-                    zf.extract(info, site)
-                    kept += 1
-                elif not name.endswith("/"):
-                    left_out.append(name)
-            placeholder = site / _ATB_PLACEHOLDER
-            placeholder.parent.mkdir(parents=True, exist_ok=True)
-            placeholder.write_bytes(b"")
-            meta = {"format": FORMAT, "torch_npu": got, "wheel": path.name, "sha256": digest, "files_kept": kept,
-                    "native_left_out": len(left_out), **npu_metadata(zf)}
-        _compile(site)
-        _emulated_cann(staging / "cann")
-        meta["files"] = record_files(site)
-        meta["file_count"] = len(meta["files"])
-        (staging / "prepared.json").write_text(json.dumps(meta, indent=1))
-        _set_modes(staging)
-        final = prepared_dir(got)
-        if final.exists():
+            final = _final_dir(root, _release_for_torch(got, path.name, torch_base))
+            _check_members(zf, path)
+            staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}-"))
             try:
-                stale = format_problem(json.loads((final / "prepared.json").read_text()))
-            except (OSError, ValueError, AttributeError):
-                stale = ""
-            if stale:
-                print(f"fetch-torch-npu: replacing {final}: {stale}", file=sys.stderr)
-            shutil.rmtree(final)
-        os.replace(staging, final)
+                _unpack(zf, path, staging, {"format": FORMAT, "torch_npu": got, "wheel": path.name, "sha256": digest})
+                _publish(staging, final)
+            finally:
+                _remove(staging)  # gone once published; else what was unpacked
     return final
+
+
+def _unpack(zf: zipfile.ZipFile, path: Path, staging: Path, meta: dict) -> None:
+    """The package's Python into ``staging/site``, its record into ``staging/prepared.json``."""
+    site = staging / "site"
+    kept, left_out = 0, 0
+    try:
+        for info in zf.infolist():
+            if _keep(info.filename):
+                zf.extract(info, site)
+                kept += 1
+            elif not info.filename.endswith("/"):
+                left_out += 1
+        meta.update(files_kept=kept, native_left_out=left_out, **npu_metadata(zf))
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise ConfigError(f"{path} is damaged ({exc}): download it again") from None
+    placeholder = site / _ATB_PLACEHOLDER
+    placeholder.parent.mkdir(parents=True, exist_ok=True)
+    placeholder.write_bytes(b"")
+    _compile(site)
+    _emulated_cann(staging / "cann")
+    meta["files"] = record_files(site)
+    meta["file_count"] = len(meta["files"])
+    (staging / "prepared.json").write_text(json.dumps(meta, indent=1))
+    _set_modes(staging)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     try:
         where = prepare(ns.wheel, ns.version)
-    except ConfigError as exc:
+    except ShimError as exc:  # a ConfigError, or a lock file that is not to be trusted
         print(f"ascend-shim fetch-torch-npu: {exc}", file=sys.stderr)
         return 2
     meta = json.loads((where / "prepared.json").read_text())

@@ -31,7 +31,15 @@ symint:
 """
 
 
-def _wheel(path, version="9.9.0"):
+def _torch_release() -> str:
+    """The torch release a prepared torch-npu must be built for: the installed torch's."""
+    from ascend_shim.versions import base, installed_version
+
+    return base(installed_version("torch"))
+
+
+def _wheel(path, version=None):
+    version = version or _torch_release()
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("torch_npu/__init__.py", "")
         zf.writestr("torch_npu/version.py", f"__version__ = '{version}'\n")
@@ -47,22 +55,23 @@ def _wheel(path, version="9.9.0"):
 
 def test_a_prepared_wheel_keeps_the_python_and_leaves_out_native_code(tmp_path, monkeypatch):
     monkeypatch.setenv("ASCEND_SHIM_TORCH_NPU_DIR", str(tmp_path / "cache"))
-    where = prepare.prepare(_wheel(tmp_path / "torch_npu-9.9.0-py3-none-any.whl"))
-    assert where == tmp_path / "cache" / "9.9.0"
+    release = _torch_release()
+    where = prepare.prepare(_wheel(tmp_path / f"torch_npu-{release}-py3-none-any.whl"))
+    assert where == tmp_path / "cache" / release
     site = where / "site"
     kept = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    assert kept == ["torch_npu-9.9.0.dist-info/METADATA", "torch_npu/__init__.py",
+    assert kept == [f"torch_npu-{release}.dist-info/METADATA", "torch_npu/__init__.py",
                     "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml", "torch_npu/lib/libop_plugin_atb.so",
                     "torch_npu/version.py"]
     assert (site / "torch_npu/lib/libop_plugin_atb.so").stat().st_size == 0  # a placeholder, never loadable
     meta = json.loads((where / "prepared.json").read_text())
-    assert meta["torch_npu"] == "9.9.0" and meta["native_left_out"] == 5
+    assert meta["torch_npu"] == release and meta["native_left_out"] == 5
     assert meta["npu_schemas"] == ["npu_change_data_ptr(Tensor dst, Tensor src, int index) -> int",
                                    "npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)"]
     assert meta["aten_kernels"] == ["_thnn_fused_gru_cell", "add.Tensor", "as_strided_", "clone", "npu_rms_norm"]
     assert (where / "cann" / "opp").is_dir()
     assert "version=" in (where / "cann" / "ascend_toolkit_install.info").read_text()
-    assert loader.find_prepared("9.9.0") == where
+    assert loader.find_prepared() == where
 
 
 def test_prepare_refuses_what_is_not_a_torch_npu_wheel(tmp_path, monkeypatch):
@@ -141,7 +150,7 @@ def test_check_files_names_what_changed_since_it_was_prepared(tmp_path, monkeypa
     meta = json.loads((where / "prepared.json").read_text())
     site = where / "site" / "torch_npu"
     (site / "__init__.py").unlink()
-    (site / "version.py").write_text((site / "version.py").read_text().replace("9", "8"))  # same size
+    (site / "version.py").write_text((site / "version.py").read_text().replace("'", '"'))  # same size
     (site / "planted.py").write_text("")
     (site / "notes.txt").write_text("")  # not importable: not a problem
     os.chmod(site / "lib", 0o777)
@@ -149,6 +158,18 @@ def test_check_files_names_what_changed_since_it_was_prepared(tmp_path, monkeypa
              "torch_npu/planted.py is not part of the package"]
     assert prepare.check_files(where, meta) == quick
     assert prepare.check_files(where, meta, full=True) == quick + ["torch_npu/version.py has changed"]
+
+
+def test_a_directory_others_can_write_deep_in_the_package_is_named(tmp_path, monkeypatch):
+    """Every directory of the package is judged, however deep: code is imported from any of them."""
+    monkeypatch.setenv("ASCEND_SHIM_TORCH_NPU_DIR", str(tmp_path / "cache"))
+    where = prepare.prepare(_wheel(tmp_path / "w.whl"))
+    meta = json.loads((where / "prepared.json").read_text())
+    deep = where / "site" / "torch_npu" / "csrc" / "aten"
+    os.chmod(deep, 0o777)
+    os.chmod(deep.parent, 0o775)
+    assert prepare.check_files(where, meta) == ["torch_npu/csrc is writable by others (mode 0o775)",
+                                                "torch_npu/csrc/aten is writable by others (mode 0o777)"]
 
 
 def test_a_package_prepared_by_an_older_shim_is_prepared_again_with_a_clear_message(tmp_path, monkeypatch, capsys):
