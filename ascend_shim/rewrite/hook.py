@@ -120,6 +120,22 @@ def rewritten_code(source: bytes, path: str):
     return code, sites
 
 
+_IMPORTLIB_FILE = importlib.machinery.SourceFileLoader.get_code.__code__.co_filename
+
+
+def _frames_hidden_like_importlib(func):
+    """Give ``func``'s frames the file name of importlib's own (``<frozen importlib._bootstrap_external>``).
+
+    When an import fails, the interpreter cuts from the traceback every unbroken run of importlib frames that
+    holds a call of ``_call_with_frames_removed`` (the one that compiles or executes the module's code), or
+    every run when the error is an ``ImportError`` (``remove_importlib_frames``, Python/import.c). A frame of
+    ours between ``exec_module`` and the compile would break that run: a SyntaxError in the user's module
+    would show the import machinery's frames, which plain Python hides. Only a thin method that calls
+    importlib's own code carries the name; the rewrite's modules keep their real files."""
+    func.__code__ = func.__code__.replace(co_filename=_IMPORTLIB_FILE)
+    return func
+
+
 class RewritingLoader(importlib.machinery.SourceFileLoader):
     """A ``SourceFileLoader`` whose code has the CUDA comparisons rewritten (and is never put in
     ``__pycache__``). ``library``: the top-level package when the module is an installed library's.
@@ -140,11 +156,15 @@ class RewritingLoader(importlib.machinery.SourceFileLoader):
             self._bytecode_clean = False
         return data
 
+    @_frames_hidden_like_importlib
     def get_code(self, fullname):
         self._bytecode_clean = False
-        code = super().get_code(fullname)
+        code = super().get_code(fullname)  # a SyntaxError in the user's file is raised here, as without the shim
         if self._bytecode_clean:
             return code
+        return self._rewritten(fullname, code)
+
+    def _rewritten(self, fullname, code):
         path = self.get_filename(fullname)
         data = self.get_data(path)
         if not cache.mentions_cuda(data):
@@ -375,6 +395,22 @@ def install(roots, packages=()) -> None:
         runpy.run_path = _run_path_hook
         REPORT.set_note(USER_CODE_NOTE, config.describe())
         _last_config = config
+    _note_running_main(config)
+
+
+#: how the report's note on a main script that activated the shim itself begins
+SELF_ACTIVATED_NOTE = "main script not rewritten: "
+
+
+def _note_running_main(config: _Config) -> None:
+    """A user's script that activates the shim itself was compiled, whole, before its first line ran: its own
+    comparisons stay as written, silently, unless the report says so (``ascend-shim run`` and activation at
+    start-up install the rewrite before the main script is compiled, while ``__main__`` has no file yet)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if isinstance(path, str) and path.endswith(".py") and config.dir_is_users(os.path.dirname(os.path.abspath(path))):
+        REPORT.note(f"{SELF_ACTIVATED_NOTE}{path} activated the shim itself, after Python had compiled it, so its "
+                    "own device comparisons run as written (the modules it imports afterwards are rewritten); run "
+                    "it with `ascend-shim run` instead")
 
 
 def uninstall() -> None:

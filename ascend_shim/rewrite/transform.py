@@ -212,10 +212,46 @@ def _counterpart_literal(s: str) -> str:
     return "npu" + s[len("cuda"):]
 
 
+class _Lines:
+    """``ast.get_source_segment`` for many nodes of one text. That function splits the whole text again on each
+    call, which made the rewrite quadratic in the number of sites of a module; here the text is split once
+    (lazily), as the parser splits it (at ``\\n``, ``\\r\\n`` and ``\\r`` only, not at form feeds), and a
+    line is encoded once however many sites it holds (columns are UTF-8 byte offsets)."""
+
+    _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+    def __init__(self, text: str):
+        self.text = text
+        self._lines: list[str] | None = None
+        self._encoded: dict[int, bytes] = {}
+
+    def _bytes(self, i: int) -> bytes:
+        b = self._encoded.get(i)
+        if b is None:
+            b = self._encoded[i] = self.lines()[i].encode()
+        return b
+
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self._LINE.findall(self.text)
+        return self._lines
+
+    def segment(self, node) -> str | None:
+        """The source text of ``node``, None without end positions."""
+        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_line is None or end_col is None:
+            return None
+        first, last = node.lineno - 1, end_line - 1
+        if first == last:
+            return self._bytes(first)[node.col_offset:end_col].decode()
+        return "".join([self._bytes(first)[node.col_offset:].decode(), *self.lines()[first + 1:last],
+                        self._bytes(last)[:end_col].decode()])
+
+
 # -- the transformer ----------------------------------------------------------------------------------------
 class CudaComparisonRewriter(ast.NodeTransformer):
     def __init__(self, text: str, filename: str):
-        self.text = text
+        self.source = _Lines(text)
         self.filename = filename
         self.sites: list[Site] = []
         self.used: set[str] = set()  # runtime function names needed
@@ -262,7 +298,7 @@ class CudaComparisonRewriter(ast.NodeTransformer):
     # sites
     def _snippet(self, node) -> str:
         try:
-            seg = ast.get_source_segment(self.text, node)
+            seg = self.source.segment(node)
         except Exception:  # noqa: BLE001 - odd positions (f-strings): fall back to unparse
             seg = None
         if not seg:

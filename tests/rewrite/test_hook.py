@@ -1,16 +1,18 @@
 """The import hook: which modules are rewritten, line numbers, bytecode caches, reporting, uninstall."""
 import importlib
+import importlib.util
 import json
 import os
 import sys
 import traceback
+import types
 
 import pytest
 
 from ascend_shim import hooks, rewrite
 from ascend_shim.errors import ConfigError
 from ascend_shim.report import REPORT
-from ascend_shim.rewrite import RewritingLoader, runtime
+from ascend_shim.rewrite import RewritingLoader, hook, runtime
 
 MOD = '''\
 """A user module."""
@@ -62,6 +64,42 @@ def test_traceback_points_at_the_original_line(tree, npu):
     frame = traceback.extract_tb(info.value.__traceback__)[-1]
     assert (frame.filename, frame.lineno, frame.line) == (str(path), 14, 'if d.type == "cuda":')
     assert mod.check.__code__.co_firstlineno == 5
+
+
+def _import_frames(name):
+    """The traceback of ``import name`` (the statement: the interpreter trims importlib's frames from it)."""
+    with pytest.raises(SyntaxError) as info:
+        exec(f"import {name}", {})
+    return [(f.filename, f.name) for f in traceback.extract_tb(info.value.__traceback__)]
+
+
+def test_syntax_error_traceback_as_without_the_shim(tree):
+    bad = 'x = 1\nif x == "cuda"\n    pass\n'
+    tree.write(tree.proj, "{p}plain_bad.py", bad)
+    tree.write(tree.proj, "{p}bad.py", bad)
+    plain = _import_frames(tree.p + "plain_bad")
+    rewrite.install([str(tree.proj)])
+    assert isinstance(importlib.util.find_spec(tree.p + "bad").loader, RewritingLoader)
+    assert _import_frames(tree.p + "bad") == plain == [(__file__, "_import_frames"), ("<string>", "<module>")]
+
+
+def test_a_script_that_activates_the_shim_itself_is_told_it_is_not_rewritten(tree, monkeypatch):
+    def notes():
+        return [n for n in REPORT.notes if n.startswith(hook.SELF_ACTIVATED_NOTE)]
+
+    script = tree.write(tree.proj, "{p}train.py", 'import ascend_shim\nascend_shim.activate()\n')
+    main = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    REPORT.reset()
+    rewrite.install([str(tree.proj)])  # __main__ with no file yet: started by `ascend-shim run` or at start-up
+    assert notes() == []
+    main.__file__ = str(script)  # `python train.py`, which calls activate() itself
+    rewrite.install([str(tree.proj)])
+    assert len(notes()) == 1 and str(script) in notes()[0] and "ascend-shim run" in notes()[0]
+    main.__file__ = str(tree.other / "train.py")  # not the user's code
+    REPORT.reset()
+    rewrite.install([str(tree.proj)])
+    assert notes() == []
 
 
 def test_report_records_each_site_once_and_counts_npu_hits(tree):
