@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import sys
 
+from .digits import is_digits
+
 NPU = "npu"
 
 
@@ -38,7 +40,7 @@ def _translate_str(value: str) -> str:
     if new is None:
         if value == "cuda":
             new = NPU
-        elif value.startswith("cuda:") and value[5:].isdigit():
+        elif value.startswith("cuda:") and is_digits(value[5:]):
             new = f"{NPU}:{value[5:]}"
         else:
             return value
@@ -70,7 +72,7 @@ def untranslate(value):
     if type(value) is str and value.startswith(NPU):
         if value == NPU:
             return "cuda"
-        if value[3:4] == ":" and value[4:].isdigit():
+        if value[3:4] == ":" and is_digits(value[4:]):
             return "cuda" + value[3:]
     return value
 

@@ -18,6 +18,7 @@ frame: the frames of runpy, the CLI and the stub are dropped (and, for the shim'
 from __future__ import annotations
 
 import builtins
+import codecs
 import importlib.abc
 import importlib.machinery
 import io
@@ -185,6 +186,9 @@ def _main_code(path: str):
         import marshal
 
         return marshal.loads(data[16:])
+    unreadable = _unreadable_source(data, path)
+    if unreadable is not None:
+        raise unreadable
     if rewrite.is_installed() and is_user_file(path):
         code, sites = rewrite.rewrite_source(data, path)
         rewrite.report_sites(sites)
@@ -193,6 +197,64 @@ def _main_code(path: str):
             finder.config.saw(path, None)
         return code
     return compile(data, path, "exec", dont_inherit=True)
+
+
+def _unreadable_source(data: bytes, path: str) -> SyntaxError | None:
+    """The error ``python path`` gives a file it cannot read as text (a binary file): the first line with NUL
+    bytes, or with bytes that are not UTF-8 when no encoding is declared. ``compile`` words both its own way,
+    without the line, and the rewrite would fail on the second. Python 3.10 words them its own way again."""
+    if sys.version_info < (3, 11) or (b"\0" not in data and _bad_utf8(data) is None):
+        return None
+    encoding = _declared_encoding(data)
+    if encoding is not None and encoding.endswith(" with BOM"):
+        return SyntaxError(f"encoding problem: {encoding}")
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[3:]
+    for lineno, line in enumerate(data.splitlines(), 1):  # \n, \r\n and \r, as Python reads a file
+        head = line.split(b"\0", 1)[0]  # Python's reader checks a line up to its first NUL
+        if encoding is None:
+            bad = _bad_utf8(head)
+            if bad is not None:
+                return SyntaxError(f"Non-UTF-8 code starting with '\\x{bad:02x}' in file {path} on line {lineno}, "
+                                   "but no encoding declared; see https://peps.python.org/pep-0263/ for details")
+        if len(head) < len(line):
+            try:  # UTF-8 is read as is, any other encoding decoded line by line
+                text = head.decode(encoding) if encoding not in (None, "utf-8") else head.decode("utf-8", "replace")
+            except (LookupError, UnicodeDecodeError):
+                return None  # compile's answer stands
+            return SyntaxError("source code cannot contain null bytes", (path, lineno, 0, text, lineno, 0))
+    return None
+
+
+def _bad_utf8(data: bytes) -> int | None:
+    """The first byte of ``data`` that does not start a valid UTF-8 sequence, or None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return data[exc.start]
+    return None
+
+
+def _declared_encoding(data: bytes) -> str | None:
+    """The encoding a UTF-8 byte-order mark or a PEP 263 comment in the first two lines declares (``"... with
+    BOM"`` when the two disagree), or None."""
+    import re
+
+    bom = data.startswith(codecs.BOM_UTF8)
+    first, _, rest = data[3 if bom else 0:].partition(b"\n")
+    for i, line in enumerate((first, rest.partition(b"\n")[0])):
+        found = re.match(rb"[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", line)
+        if found:
+            name = found.group(1).decode("ascii").lower().replace("_", "-")
+            if name == "utf-8" or name.startswith("utf-8-"):
+                return "utf-8"
+            if name in ("latin-1", "iso-8859-1", "iso-latin-1") or \
+                    name.startswith(("latin-1-", "iso-8859-1-", "iso-latin-1-")):
+                name = "iso-8859-1"
+            return f"{name} with BOM" if bom else name
+        if i == 0 and not re.match(rb"[ \t\f]*(?:[#\r]|$)", line):
+            break  # a second line declares nothing after a line of code
+    return "utf-8" if bom else None
 
 
 def is_user_file(path: str) -> bool:

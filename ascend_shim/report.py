@@ -24,6 +24,7 @@ import time
 import warnings
 from pathlib import Path
 
+from .digits import parse_digits
 from .regular_file import FileTooLarge, NotRegularFile, read_regular_file
 from .terminal import printable
 
@@ -250,8 +251,7 @@ def _line_of(code, offset: int) -> int:
 
 
 def process_rank() -> int | None:
-    raw = os.environ.get("RANK")
-    return int(raw) if raw and raw.isdigit() else None
+    return parse_digits(os.environ.get("RANK"))
 
 
 def is_root_process() -> bool:

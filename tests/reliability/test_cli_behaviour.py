@@ -159,3 +159,21 @@ def test_id_message_lists_only_accepted_characters(good):
     msg = str(info.value)
     for named in re.findall(r"'(.)'", msg.split(";", 1)[1]):
         assert _parse_list("ASCEND_SHIM_DISABLE", f"a{named}b") == (f"a{named}b",), named
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10 words these its own way")
+@pytest.mark.parametrize("name, data", [
+    ("nul", b"x = 1\n\x00\xff\xfe garbage\n"),
+    ("nul_after_text", b"print(1)\x00\n"),
+    ("elf", b"\x7fELF\x02\x01\x01\x00\x00\x00\x00\n\xff\xfe"),
+    ("not_utf8", b"\xff\xfe\x00\x01print(1)\n"),
+    ("not_utf8_in_a_comment", b"print('a')\n# \xe9\n"),
+    ("latin1_declared_nul", b"# -*- coding: latin-1 -*-\nx = '\xe9'\x00\n"),
+    ("bom_nul", b"\xef\xbb\xbfx = 1\r\n\xc3\xa9\x00\n"),
+])
+def test_a_binary_script_gets_pythons_message_and_status(tmp_path, name, data):
+    (tmp_path / f"{name}.py").write_bytes(data)
+    shim = run_cli(["run", "--simulate", f"{name}.py"], cwd=tmp_path)
+    plain = subprocess.run([sys.executable, f"{name}.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert plain.returncode == 1 and "SyntaxError" in plain.stderr
+    assert (shim.returncode, shim.stderr) == (plain.returncode, plain.stderr)

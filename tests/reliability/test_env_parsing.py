@@ -94,3 +94,32 @@ def test_installing_the_emulator_directly_names_the_setting(raw):
     assert proc.returncode != 0
     assert "ConfigError" in proc.stderr and "ASCEND_SHIM_SIM_DEVICES" in proc.stderr, proc.stderr[-2000:]
     assert "backward" not in proc.stderr
+
+
+@pytest.mark.parametrize("raw", ["²", "٣", "３", " 3", "+3", "3_0", "-1", ""])
+def test_a_rank_not_written_in_ascii_digits_is_no_rank(monkeypatch, raw):
+    """'²'.isdigit() is True, int('²') fails; int() takes '٣', signs, spaces and underscores, no launcher's."""
+    from ascend_shim.report import process_rank
+
+    monkeypatch.setenv("RANK", raw)
+    assert process_rank() is None
+    monkeypatch.setenv("RANK", "12")
+    assert process_rank() == 12
+
+
+@pytest.mark.parametrize("value", ["cuda:²", "cuda:٣", "cuda:+1"])
+def test_a_device_index_not_in_ascii_digits_is_left_to_torch(value):
+    from ascend_shim import devices
+
+    assert devices.translate(value) == value and devices.untranslate(value.replace("cuda", "npu")) == \
+        value.replace("cuda", "npu")
+    assert devices.translate("cuda:1") == "npu:1" and devices.untranslate("npu:1") == "cuda:1"
+
+
+def test_a_superscript_rank_still_writes_the_report(tmp_path):
+    (tmp_path / "job.py").write_text("print('ran')\n")
+    proc = subprocess.run([sys.executable, "-m", "ascend_shim", "run", "--simulate", "--report", "r.json", "job.py"],
+                          cwd=tmp_path, env=_env(RANK="²"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "r.json").exists()

@@ -186,3 +186,106 @@ def test_sigterm_to_a_torchrun_job_leaves_every_ranks_report(tmp_path):
     for rank in (0, 1):
         rep = _report(tmp_path / f"r.rank{rank}.json")
         assert rep["process"]["rank"] == rank
+
+
+def _blocked_job(tmp_path, before: str = "", fork: str = "") -> str:
+    """Uses the device, says it is ready, then waits in native code for a peer that never comes (the main
+    thread never runs Python again). ``before``: code run first; ``fork``: code run just before the wait."""
+    path = tmp_path / "job.py"
+    path.write_text("import datetime, os, signal, socket, sys, time\n" + textwrap.dedent(before) + textwrap.dedent("""\
+        import torch
+        import torch.distributed as dist
+        x = torch.ones(2, device="cuda") * 2
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        store = dist.TCPStore("127.0.0.1", port, 1, True, timeout=datetime.timedelta(seconds=600))
+        """) + textwrap.dedent(fork) + textwrap.dedent("""\
+        open(os.path.join(sys.argv[1], "ready.main"), "w").close()
+        store.wait(["a key no peer ever sets"])
+        """))
+    return str(path)
+
+
+def _ends_within(proc, seconds: float) -> tuple[str, str]:
+    """The process ends within ``seconds`` of the signal just sent."""
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"still alive {seconds} s after the signal:\n{err[-3000:]}")
+    return out, err
+
+
+SIGNAL_TO_END = 15.0  # python itself ends in well under a second; the report's write has a budget of 5 s
+
+
+def test_sigterm_ends_a_process_blocked_in_native_code_with_its_report(tmp_path):
+    """A rank waiting in a rendezvous for a peer that never comes: the main thread never runs Python again."""
+    proc = _start(tmp_path, [_blocked_job(tmp_path), str(tmp_path)])
+    _wait_ready(proc, tmp_path, ["main"])
+    time.sleep(0.5)  # into the wait
+    proc.send_signal(signal.SIGTERM)
+    out, err = _ends_within(proc, SIGNAL_TO_END)
+    assert proc.returncode == -signal.SIGTERM, err[-3000:]
+    _report(tmp_path / "r.json")
+    assert err.count("ascend_shim migration report") == 1
+
+
+def test_sigint_with_the_default_action_ends_a_blocked_process_with_its_report(tmp_path):
+    """SIGINT whose action is the default one (set before activation): as SIGTERM. Under Python's own SIGINT
+    handler a process blocked in native code goes on waiting, with the shim as without it."""
+    script = _blocked_job(tmp_path, before=f"""\
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        import ascend_shim
+        ascend_shim.activate("sim", report={str(tmp_path / "r.json")!r})
+        """)
+    proc = subprocess.Popen([sys.executable, script, str(tmp_path)], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_ready(proc, tmp_path, ["main"])
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = _ends_within(proc, SIGNAL_TO_END)
+    assert proc.returncode == -signal.SIGINT, err[-3000:]
+    _report(tmp_path / "r.json")
+
+
+def test_a_forked_child_blocked_in_native_code_ends_by_sigterm(tmp_path):
+    """The child of a fork gets the handlers it had before the shim: the signal ends it at once, as without the
+    shim, and its parent (which shared the shim's state) goes on."""
+    fork = """\
+        child = os.fork()
+        if child:
+            _, status = os.waitpid(child, 0)
+            print("child ended by signal", os.WIFSIGNALED(status) and os.WTERMSIG(status), flush=True)
+            sys.exit(0)
+        with open(os.path.join(sys.argv[1], "child"), "w") as fh:
+            fh.write(str(os.getpid()))
+        """
+    proc = _start(tmp_path, [_blocked_job(tmp_path, fork=fork), str(tmp_path)])
+    _wait_ready(proc, tmp_path, ["main"])  # written by the child, about to wait
+    time.sleep(0.5)
+    os.kill(int((tmp_path / "child").read_text()), signal.SIGTERM)
+    out, err = _ends_within(proc, SIGNAL_TO_END)
+    assert proc.returncode == 0 and out == f"child ended by signal {int(signal.SIGTERM)}\n", err[-3000:]
+    assert sorted(p.name for p in tmp_path.glob("r*.json")) == ["r.json"]  # the parent's, at its exit
+
+
+def test_the_programs_wakeup_fd_sees_no_trace_of_the_shims(clean_shim):
+    """Event loops (asyncio, trio: it warns of any fd it finds) set their own: -1 before it, as without the
+    shim; the shim's watcher listens again once the program gives its own up."""
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # pytest's own: the shim's handler goes where the default was
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        clean_shim.activate("sim", inherit=False)
+        assert exit_signals._wakeup is not None
+        assert signal.set_wakeup_fd(write) == -1
+        assert signal.set_wakeup_fd(-1) == write
+        assert signal.set_wakeup_fd(-1) == -1  # the shim's again, unseen
+        clean_shim.deactivate()
+        assert signal.set_wakeup_fd(-1) == -1 and exit_signals._wakeup is None
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        os.close(read)
+        os.close(write)

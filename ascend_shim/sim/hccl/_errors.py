@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import time
 
+from ...digits import parse_digits
+
 # ErrCode values and texts (NPUException.h / NPUException.cpp errCodeMap)
 PARAM, TYPE, VALUE, NOT_SUPPORT, NOT_FOUND = 1, 2, 3, 7, 8
 _ERR_TEXT = {
@@ -42,9 +44,8 @@ def dist_error(code: int) -> str:
     compact = os.environ.get("TORCH_NPU_COMPACT_ERROR_OUTPUT", "0").strip()
     if compact not in ("", "0"):
         return ""
-    try:
-        rank = int(os.environ.get("RANK", "-1"))
-    except ValueError:
+    rank = parse_digits(os.environ.get("RANK"))
+    if rank is None:
         rank = -1
     stamp = time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime())
     return (

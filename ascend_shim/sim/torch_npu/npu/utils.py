@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass
 
 
+from ascend_shim.digits import is_digits
 from ascend_shim.sim import DEVICE_NAME
 from ascend_shim.sim import _device_index
 
@@ -116,7 +117,7 @@ def get_device_capability(device=None):
                       f"TORCH_NPU_DEVICE_CAPABILITY. {note}", stacklevel=2)
         return None
     major, dot, minor = value.partition(".")
-    if not (dot and major.isdigit() and minor.isdigit()):
+    if not (dot and is_digits(major) and is_digits(minor)):
         warnings.warn(f"torch.npu.get_device_capability can't parse TORCH_NPU_DEVICE_CAPABILITY environment "
                       f"variable: {value}. Expected format is 'major.minor'.", stacklevel=2)
         return None
