@@ -128,7 +128,8 @@ class PatchSet:
             names = ", ".join(self.native)
             self.add(Patch(
                 id=f"{self.id}.native", target=f"process:native-{self.native[0]}", kind="call",
-                covers=("torch.cuda.is_available", "torch.cuda.device_count"), factory=_native_factory(self.native),
+                covers=("torch.cuda.is_available", "torch.cuda.device_count"),
+                factory=_native_factory(self.native, self.project is not None),
                 why=self.native_why or f"{names} test CUDA before the NPU in places; told that CUDA is available "
                                        "(as user code is) they would take CUDA-only paths on the NPU.",
                 what=f"registers {names} as NPU-native: calls made from their modules get the real "
@@ -160,11 +161,13 @@ class PatchSet:
         return decorate
 
 
-def _native_factory(packages: tuple[str, ...]) -> Factory:
+def _native_factory(packages: tuple[str, ...], checkouts: bool) -> Factory:
+    """``checkouts``: a source checkout of the packages is the library too (a project gate reads its version)."""
+
     def native(ctx: PatchContext) -> Callable[[], None]:
         from .callers import register_native, unregister_native
 
-        added = register_native(*packages)
+        added = register_native(*packages, checkouts=checkouts)
         return lambda: unregister_native(*added)
 
     return native

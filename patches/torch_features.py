@@ -6,7 +6,6 @@ report records, or stopped with an error that names the feature, the patch and w
 from __future__ import annotations
 
 import functools
-import sys
 from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
@@ -109,6 +108,7 @@ def matmul_flags(ctx: PatchContext) -> object:
                 remove_when="https://github.com/Ascend/pytorch/blob/master/torch_npu/npu/npu_config.py: "
                             "torch.npu.matmul.allow_hf32 does not follow torch.set_float32_matmul_precision")
 def float32_matmul_precision(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.frames import caller
     from ascend_shim.providers.torch_features import set_matmul_hf32
 
     orig, report = ctx.original, ctx.report
@@ -118,7 +118,7 @@ def float32_matmul_precision(ctx: PatchContext) -> Callable[..., Any]:
         orig(precision)
         if precision in ("highest", "high", "medium"):
             set_matmul_hf32(report, f"torch.set_float32_matmul_precision({precision!r})", precision != "highest",
-                             sys._getframe(1))
+                             caller())
 
     return set_float32_matmul_precision
 
@@ -175,6 +175,7 @@ def cudnn_conv_precision(ctx: PatchContext) -> Callable[[], object]:
                      "whether torch would run CUDA convolutions in TF32 (reported).",
                 remove_when=REMOVE)
 def cudnn_set_flags(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.frames import caller
     from ascend_shim.providers.torch_features import sync_conv_hf32
 
     orig, report = ctx.original, ctx.report
@@ -182,7 +183,7 @@ def cudnn_set_flags(ctx: PatchContext) -> Callable[..., Any]:
     @functools.wraps(orig)
     def set_flags(*args, **kwargs):
         flags = orig(*args, **kwargs)
-        sync_conv_hf32(report, "torch.backends.cudnn.flags", sys._getframe(1))
+        sync_conv_hf32(report, "torch.backends.cudnn.flags", caller())
         return flags
 
     return set_flags

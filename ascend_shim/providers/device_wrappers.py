@@ -21,7 +21,11 @@ _getframe = sys._getframe
 
 def note(api: str, name: str, old, new) -> None:
     """Record one translation at the user's call site (the search starts at the wrapper's caller)."""
-    frame = _getframe(2)
+    try:
+        frame = _getframe(2)
+    except ValueError:  # the wrapper was called straight from C (ascend_shim.frames): an unknown site
+        REPORT.event("translated", api, f"{name}={describe(old)} -> {describe(new)}")
+        return
     key: tuple | None = (id(frame.f_code), frame.f_lasti, api, old)
     try:
         _per_thread.seen[key][0] += 1  # REPORT.seen(key), inlined: every translated call after the first

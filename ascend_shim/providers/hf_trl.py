@@ -2,8 +2,9 @@
 each), through a view of the state that only trl's own modules get."""
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
+
+from ascend_shim.frames import caller
 
 if TYPE_CHECKING:
     from ascend_shim.context import PatchContext
@@ -42,11 +43,11 @@ def distributed_state_for_trl(ctx: PatchContext) -> property:
             state = self.__dict__["distributed_state"]
         except KeyError:
             raise AttributeError("distributed_state") from None
-        caller = sys._getframe(1)
-        if (state is not None and caller.f_globals.get("__name__", "").startswith("trl.")
+        frame = caller()
+        if (state is not None and frame is not None and frame.f_globals.get("__name__", "").startswith("trl.")
                 and state.distributed_type == DistributedType.MULTI_NPU):
             report.event("translated", "trl distributed check", "MULTI_NPU -> MULTI_GPU (device_map cleared)",
-                         frame=caller)
+                         frame=frame)
             return _MultiDeviceView(state)
         return state
 

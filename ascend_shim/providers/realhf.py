@@ -22,6 +22,7 @@ def jiterator_for_realhf(ctx: PatchContext) -> None:
     import torch.cuda
 
     from ascend_shim.errors import NotNeeded, UnsupportedOnNPUError
+    from ascend_shim.frames import caller
 
     current = torch.cuda.__dict__.get("jiterator")
     if current is None or current is sys.modules.get("torch.cuda.jiterator"):
@@ -41,7 +42,8 @@ def jiterator_for_realhf(ctx: PatchContext) -> None:
 
     class _RealhfJiterator(types.ModuleType):
         def __getattr__(self, attr):
-            if attr in _JIT_FACTORIES and sys._getframe(1).f_globals.get("__name__", "").startswith("realhf"):
+            frame = caller() if attr in _JIT_FACTORIES else None
+            if frame is not None and frame.f_globals.get("__name__", "").startswith("realhf"):
                 return functools.partial(deferred, attr)
             return getattr(current, attr)
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from ascend_shim.frames import caller
 
 if TYPE_CHECKING:
     from ascend_shim.context import PatchContext
@@ -252,7 +253,7 @@ def reporting_forward(ctx: PatchContext) -> Callable:
             return orig(self, *inputs, **kwargs)
         out, count = _counting(lambda: orig(self, *inputs, **kwargs))
         _report_devices(report, "nn.DataParallel", count, self.src_device_obj.type + f":{self.output_device}",
-                        sys._getframe(1))
+                        caller())
         return out
 
     return forward
@@ -267,7 +268,7 @@ def reporting_data_parallel(ctx: PatchContext) -> Callable:
     def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, module_kwargs=None):
         out, count = _counting(lambda: orig(module, inputs, device_ids, output_device, dim, module_kwargs))
         where = getattr(out, "device", output_device)
-        _report_devices(report, "torch.nn.parallel.data_parallel", count, where, sys._getframe(1))
+        _report_devices(report, "torch.nn.parallel.data_parallel", count, where, caller())
         return out
 
     return data_parallel

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ascend_shim.frames import caller
+
 if TYPE_CHECKING:
     from types import FrameType
 
@@ -39,7 +41,7 @@ def compile_with_npu_backend(ctx: PatchContext) -> Callable:
     return compile
 
 
-def set_matmul_hf32(report: Report, api: str, value: bool, frame: FrameType) -> None:
+def set_matmul_hf32(report: Report, api: str, value: bool, frame: FrameType | None) -> None:
     """What TF32 means on CUDA is HF32 on the NPU: one switch, reported at the caller's site (``frame``)."""
     import torch
 
@@ -51,7 +53,7 @@ class FlagNamespace:
     """A torch flag namespace (``torch.backends.cuda.matmul``, ``torch.backends.cudnn.conv``) whose settings, after
     torch's own, are passed to ``after(name, value, frame)``; reading is unchanged."""
 
-    def __init__(self, real: Any, after: Callable[[str, Any, FrameType], None]):
+    def __init__(self, real: Any, after: Callable[[str, Any, FrameType | None], None]):
         object.__setattr__(self, "_real", real)
         object.__setattr__(self, "_after", after)
 
@@ -60,7 +62,7 @@ class FlagNamespace:
 
     def __setattr__(self, name, value):
         setattr(self._real, name, value)
-        self._after(name, value, sys._getframe(1))
+        self._after(name, value, caller())
 
 
 def matmul_flags(ctx: PatchContext) -> FlagNamespace:
@@ -84,7 +86,7 @@ def _conv_uses_tf32() -> bool:
     return torch._C._get_fp32_precision_getter("cuda", "conv") == "tf32"
 
 
-def sync_conv_hf32(report: Report, api: str, frame: FrameType) -> None:
+def sync_conv_hf32(report: Report, api: str, frame: FrameType | None) -> None:
     """What TF32 convolutions mean on CUDA is HF32 convolutions on the NPU: one switch, reported at the caller."""
     import torch
 
@@ -97,7 +99,7 @@ class _FlagSetter:
     """A cuDNN flag attribute (a ``property``, or torch's ``ContextProp`` descriptor) whose setting, after torch's
     own, is followed by ``after(value, frame)``; reading is unchanged."""
 
-    def __init__(self, original: Any, after: Callable[[Any, FrameType], None]):
+    def __init__(self, original: Any, after: Callable[[Any, FrameType | None], None]):
         self._original, self._after = original, after
         self.__doc__ = getattr(original, "__doc__", None)
 
@@ -108,7 +110,7 @@ class _FlagSetter:
 
     def __set__(self, obj, value):
         self._original.__set__(obj, value)
-        self._after(value, sys._getframe(1))
+        self._after(value, caller())
 
 
 #: cuDNN flags with no NPU counterpart: setting one is reported as having no effect (and why)

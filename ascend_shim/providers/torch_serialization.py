@@ -7,13 +7,13 @@ while the current thread is inside ``torch.save``; any other pickling is left ex
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ascend_shim.devices import NPU, untranslate
+from ascend_shim.frames import caller
 from ascend_shim.report import REPORT
 
 if TYPE_CHECKING:
@@ -104,6 +104,6 @@ def save_as_cuda(ctx: PatchContext) -> Callable:
         finally:
             _local.saving = outer
             if current.met_npu:
-                REPORT.event("translated", "torch.save", detail, frame=sys._getframe(1))
+                REPORT.event("translated", "torch.save", detail, frame=caller())
 
     return save_

@@ -231,7 +231,7 @@ class _Config:
             return NEITHER
         kind = self.dir_kind(os.path.dirname(origin))
         if fullname:
-            if fullname.partition(".")[0] in _REFUSED_TOP or callers.is_native_module(fullname):
+            if fullname.partition(".")[0] in _REFUSED_TOP or callers.is_native_code(fullname, origin):
                 return NEITHER
             if not kind and self.named_package(fullname):
                 real = _real(origin)
@@ -329,8 +329,13 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
         self.config = config
 
     def find_spec(self, fullname, path=None, target=None):
-        # no shortcut on standard-library *names*: a user's test.py / profile.py / code.py shadows them
-        if fullname.partition(".")[0] in _REFUSED_TOP or callers.is_native_module(fullname):
+        # no shortcut on standard-library *names*: a user's test.py / profile.py / code.py shadows them; nor on a
+        # native library's top-level name (a user's transformers.py is the user's): its submodules, where the
+        # package is not in the user's tree
+        if fullname.partition(".")[0] in _REFUSED_TOP:
+            return None
+        if path is not None and callers.is_native_module(fullname) and \
+                not any(isinstance(d, str) and self.config.dir_is_users(d) for d in path):
             return None
         if path is not None and not self.config.may_hold_users(fullname, path):
             return None  # a submodule of a package outside the user's code: the other finders alone
@@ -357,6 +362,21 @@ class RewriteFinder(importlib.abc.MetaPathFinder):
 
 
 _finder: RewriteFinder | None = None
+_default_config: _Config | None = None  # the rule with default settings, while the rewrite is not installed
+
+
+def dir_is_users(directory: str) -> bool:
+    """Is ``directory`` the user's own code (not an installed library's, the interpreter's or the shim's)? The
+    rule of the installed rewrite's settings, else of the default ones."""
+    global _default_config
+    finder = _finder
+    if finder is not None:
+        return finder.config.dir_is_users(directory)
+    if _default_config is None:
+        _default_config = _Config((), ())
+    return _default_config.dir_is_users(directory)
+
+
 _last_config: _Config | None = None  # the rule installed last (a new one keeps its count of rewritten libraries)
 
 

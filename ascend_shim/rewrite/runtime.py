@@ -125,7 +125,10 @@ def _hit(depth: int = 2) -> None:
     compiler = getattr(torch, "compiler", None)
     if compiler is not None and getattr(compiler, "is_compiling", None) and compiler.is_compiling():
         return
-    frame = sys._getframe(depth)
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # called straight from C: no site to count
+        return
     key = (id(frame.f_code), frame.f_lasti, HIT_DETAIL)
     if REPORT.seen(key):
         return

@@ -130,7 +130,8 @@ def test_editable_install_of_the_users_project_is_user_code(project, tmp_path):
 def test_submodules_of_packages_left_alone_are_left_to_the_other_finders(tree, monkeypatch):
     """A package that cannot hold CUDA code to rewrite (the standard library's, an NPU-native library's): the
     finder does not search for its submodules (every submodule search would otherwise be made twice when it
-    fails)."""
+    fails). A native library's top-level name is searched once (a file of the user's may carry it), its submodules
+    are not."""
     import json
 
     from ascend_shim import callers, import_system
@@ -152,7 +153,7 @@ def test_submodules_of_packages_left_alone_are_left_to_the_other_finders(tree, m
     finally:
         callers.unregister_native(*added)
     __import__(tree.p + "userpkg.mod")
-    assert searched == [tree.p + "userpkg", tree.p + "userpkg.mod"]
+    assert searched == [tree.p + "nativepkg", tree.p + "userpkg", tree.p + "userpkg.mod"]
 
 
 def test_a_root_below_a_package_outside_the_roots_is_still_the_users(tree, npu):
