@@ -10,6 +10,10 @@ off: the emulator alone answers), with pytest-timeout per test and a limit per f
 API-level ones the emulator claims (device, memory, streams, events, generators, amp, storage, serialization,
 c10d, transfer_to_npu, accelerator, autocast). Prints ``file: ran / passed / failed`` per layer and the total;
 exit 1 when a file could not run. ``expecttest`` must be installed (Huawei's testing package imports torch's).
+
+On the builtin layer the files import Huawei's test support (``torch_npu.testing`` and the path helper it uses),
+which is test code, not the device's contract: it is lent from the prepared package (``fetch-torch-npu``) for
+the run, and nothing else of Huawei's Python is.
 """
 from __future__ import annotations
 
@@ -27,14 +31,43 @@ FILES = ["npu/test_device", "npu/test_generators", "npu/test_utilities", "npu/te
          "test_torch_npu_init", "contrib/test_transfer_to_npu", "contrib/test_transfer_to_npu_env",
          "test_accelerator", "test_autocast", "distributed/test_device"]
 REPO = Path(__file__).resolve().parents[1]
+#: Huawei's test support, lent to the builtin layer: (package of the builtin facade, module or folder in it)
+TEST_SUPPORT = [("torch_npu", "testing"), ("torch_npu.utils", "_path_manager.py")]
+_PLUGIN = """\
+import importlib
+
+for package, folder in {lent!r}:
+    importlib.import_module(package).__path__.append(folder)
+"""
 
 
-def run_file(test_dir: Path, name: str, layer: str, junit: Path, per_file_s: int) -> subprocess.CompletedProcess:
+def lend_test_support(into: Path) -> Path:
+    """A pytest plugin in ``into`` that makes Huawei's test support importable over the builtin facade."""
+    sys.path.insert(0, str(REPO))
+    from ascend_shim.real_layer import find_prepared
+
+    prepared = find_prepared()
+    if prepared is None:
+        sys.exit("the builtin layer runs Huawei's tests with Huawei's test support: run `python -m ascend_shim "
+                 "fetch-torch-npu` first")
+    lent = []
+    for package, name in TEST_SUPPORT:
+        folder = into / ("lent_" + package.replace(".", "_"))  # not a package name: into is on sys.path
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).symlink_to(prepared / "site" / Path(*package.split(".")) / name)
+        lent.append((package, str(folder)))
+    (into / "huawei_test_support.py").write_text(_PLUGIN.format(lent=lent))
+    return into
+
+
+def run_file(test_dir: Path, name: str, layer: str, junit: Path, per_file_s: int,
+             support: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
-    env.update(ASCEND_SHIM_SIM_LAYER=layer, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
-                                                                                    env.get("PYTHONPATH")])))
+    env.update(ASCEND_SHIM_SIM_LAYER=layer, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO), str(support or ""), env.get("PYTHONPATH")])))
+    plugin = ["-p", "huawei_test_support"] if support else []
     cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", "--disable", "*", "-m", "pytest", "-q",
-           "-p", "no:cacheprovider", "--timeout", "120", f"--junitxml={junit}", f"{name}.py"]
+           "-p", "no:cacheprovider", *plugin, "--timeout", "120", f"--junitxml={junit}", f"{name}.py"]
     try:
         return subprocess.run(cmd, cwd=test_dir, env=env, capture_output=True, text=True, timeout=per_file_s)
     except subprocess.TimeoutExpired as exc:
@@ -67,10 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     broken = 0
     for layer in ns.layer or ["real"]:
         total_ran = total_passed = 0
+        support = lend_test_support(out / "test-support") if layer == "builtin" else None
         for name in ns.files:
             junit = out / layer / f"{name.replace('/', '_')}.xml"
             junit.parent.mkdir(parents=True, exist_ok=True)
-            done = run_file(ns.test_dir, name, layer, junit, ns.per_file_s)
+            done = run_file(ns.test_dir, name, layer, junit, ns.per_file_s, support)
             junit.with_suffix(".log").write_text(done.stdout + done.stderr)
             got = counts(junit)
             if got is None:
