@@ -23,10 +23,12 @@ import importlib.abc
 import importlib.machinery
 import io
 import os
+import re
 import runpy
 import sys
 import threading
 import types
+import warnings
 from types import FrameType, ModuleType, TracebackType
 
 _main_codes: set[int] = set()  # ids of the code objects run as __main__ (their frames start user tracebacks)
@@ -238,8 +240,6 @@ def _bad_utf8(data: bytes) -> int | None:
 def _declared_encoding(data: bytes) -> str | None:
     """The encoding a UTF-8 byte-order mark or a PEP 263 comment in the first two lines declares (``"... with
     BOM"`` when the two disagree), or None."""
-    import re
-
     bom = data.startswith(codecs.BOM_UTF8)
     first, _, rest = data[3 if bom else 0:].partition(b"\n")
     for i, line in enumerate((first, rest.partition(b"\n")[0])):
@@ -322,8 +322,12 @@ def run_module(name: str, argv: list[str] | None = None) -> None:
         sys.argv[:] = argv
     _set_path0(os.getcwd(), cli_owns_path0())
     _install_excepthook()
-    # runpy's own resolution of ``python -m`` (private, so typeshed leaves it out)
-    mod_name, spec, code = runpy._get_module_details(name, ProgramNotFound)  # type: ignore[attr-defined]
+    # runpy's own resolution of ``python -m`` (private, so typeshed leaves it out). It warns when the module was
+    # imported while its parent package was (before it runs as __main__): torch_npu, which torch loads with
+    # torch, imports torch.distributed.run, which a plain ``python -m torch.distributed.run`` never sees
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", f"'{re.escape(name)}' found in sys.modules", RuntimeWarning)
+        mod_name, spec, code = runpy._get_module_details(name, ProgramNotFound)  # type: ignore[attr-defined]
     sys.argv[0] = spec.origin
     _run_spec(mod_name, spec, code)
 

@@ -99,6 +99,8 @@ def test_launcher_workers_run_the_rewritten_main(launcher, tmp_path, cpu_weight_
     out.mkdir()
     proc = shim_run(["--report", str(tmp_path / "r.json"), *LAUNCHERS[launcher](str(_free_port()), str(out))])
     assert proc.returncode == 0, proc.stderr[-4000:]
+    # a plain `python -m torch.distributed.run` prints no warning of its module imported before it ran
+    assert "found in sys.modules" not in proc.stderr, proc.stderr[-4000:]
     results = _outputs(out, 2)
     _check_ranks(results, cpu_weight_sum, 2)
     if launcher == "torchrun-module-target":
