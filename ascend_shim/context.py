@@ -91,14 +91,22 @@ class PatchContext:
             virtual.register_distribution(distribution, version, summary, top_level=(name,))
             self.undos.append(lambda: virtual.unregister_distribution(distribution))
 
-    def set_env(self, variable: str, value: str | None, detail: str = "") -> None:
-        """Set (or with ``None`` unset) an environment variable, recorded in the report and undone later."""
+    def set_env(self, variable: str, value: str | None, detail: str = "", *, read_by: str = "") -> None:
+        """Set (or with ``None`` unset) an environment variable, recorded in the report and undone later.
+        ``read_by``: the module that reads it; the report records the translation once that module is imported in
+        this process (a variable nobody read is no news to the user)."""
         old = os.environ.get(variable)
         if value is None:
             os.environ.pop(variable, None)
         else:
             os.environ[variable] = value
-        self.report.env(variable, detail or (f"set to {value!r}" if value is not None else "unset"))
+        detail = detail or (f"set to {value!r}" if value is not None else "unset")
+        if read_by:
+            from . import hooks
+
+            hooks.when_imported(read_by, lambda _module: self.report.env(variable, detail))
+        else:
+            self.report.env(variable, detail)
 
         def undo() -> None:
             if old is None:

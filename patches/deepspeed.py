@@ -44,7 +44,8 @@ def ds_accelerator(ctx: PatchContext) -> None:
         if current != "npu":
             ctx.report.note(f"DS_ACCELERATOR={current!r} was set by the user and is kept (the NPU's is 'npu')")
         return None
-    ctx.set_env("DS_ACCELERATOR", "npu", "unset -> 'npu' (deepspeed's NPU_Accelerator)")
+    ctx.set_env("DS_ACCELERATOR", "npu", "unset -> 'npu' (deepspeed's NPU_Accelerator)",
+                read_by="deepspeed.accelerator")
     return None
 
 

@@ -46,6 +46,24 @@ def test_set_pins_ds_accelerator_and_undoes_it(clean_shim, monkeypatch):
     assert "DS_ACCELERATOR" not in os.environ and "deepspeed" not in callers._native
 
 
+def test_the_translation_is_reported_once_deepspeed_reads_it(clean_shim, monkeypatch):
+    """A program that never imports deepspeed has no DS_ACCELERATOR line in its report."""
+    _require_deepspeed()
+    import sys
+
+    def reported() -> bool:
+        return any(e["category"] == "env" and e["api"] == "DS_ACCELERATOR" for e in REPORT.events())
+
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    imported = "deepspeed.accelerator" in sys.modules
+    clean_shim.activate("sim")
+    assert os.environ["DS_ACCELERATOR"] == "npu"
+    if not imported:
+        assert not reported()
+        import deepspeed.accelerator  # noqa: F401
+    assert reported()
+
+
 def test_set_keeps_a_user_choice(clean_shim, monkeypatch):
     _require_deepspeed()
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")

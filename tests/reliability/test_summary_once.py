@@ -48,3 +48,15 @@ def test_each_hit_is_counted_for_its_own_comparison(tmp_path):
     assert hits == {(4, 'v == "cuda"'): 3, (6, 'v == "cuda"'): 3, (6, 'w == "cuda"'): 3,
                     (7, '"cuda" in (d for d in ["cpu", "npu"])'): 1}
     assert not [e for e in REPORT.events() if e["file"].endswith("runtime.py")]
+
+
+def test_a_comparison_no_npu_value_reached_is_left_out_of_the_summary(tmp_path):
+    """It did nothing; the JSON report still lists it (with count 0)."""
+    filename = str(tmp_path / "unreached.py")
+    code, sites = rewrite_source('def f(v):\n    return v == "cuda"\n', filename)
+    report_sites(sites)
+    exec(code, {})  # defined, never called
+    events = [e for e in REPORT.events() if e["file"] == filename]
+    assert [e["category"] for e in events] == ["rewritten"], events
+    summary = format_summary({"patch_sets": {}, "patches": {}, "events": events})
+    assert filename not in summary and "rewritten comparisons" not in summary, summary
