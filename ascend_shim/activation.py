@@ -413,8 +413,28 @@ def current_backend() -> str:
 
 
 def set_summary_printing(enabled: bool) -> None:
-    """The CLI turns the exit summary off in launcher processes (torchrun's parent): the workers print."""
+    """The CLI turns the exit summary off where a process has nothing to say (nothing ran)."""
     _state.print_summary = enabled
+
+
+#: the pid of a launcher process (torchrun's, accelerate's parent) that leaves the summary to its workers
+LAUNCHER_PID_VAR = "ASCEND_SHIM_LAUNCHER_PID"
+
+
+def leave_summary_to_workers() -> None:
+    """This process only launches workers: rank 0 prints the summary, or the one worker of a launcher that sets
+    no rank (``accelerate launch --num_processes 1``)."""
+    _state.print_summary = False
+    os.environ[LAUNCHER_PID_VAR] = str(os.getpid())
+
+
+def _talks(rank: int | None) -> bool:
+    """Does this process print the summary? Rank 0; without a rank, the run's first process, a process started
+    without the CLI, or a launcher's direct worker."""
+    if rank is not None:
+        return rank == 0
+    return is_root_process() or "ASCEND_SHIM_ROOT_PID" not in os.environ or \
+        os.environ.get(LAUNCHER_PID_VAR) == str(os.getppid())
 
 
 class _ShimLogHandler(logging.StreamHandler):
@@ -444,8 +464,7 @@ def _at_exit(summary: bool = True) -> None:
             json_path = str(REPORT.write_json(config.report))
     except OSError as exc:
         log.warning("could not write the report to %s: %s", report_path_for_process(config.report), exc)
-    rank = process_rank()
-    talk = rank == 0 if rank is not None else (is_root_process() or "ASCEND_SHIM_ROOT_PID" not in os.environ)
+    talk = _talks(process_rank())
     if not is_root_process():
         # a process activated by a sitecustomize (e.g. pip in an ASCEND_SHIM=1 environment) that never
         # imported anything we patch has nothing to say

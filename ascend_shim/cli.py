@@ -155,7 +155,7 @@ def _cmd_run(ns, parser) -> int:
     activation.settle_start_up()
     if ns.module:
         if ns.module.split(".")[0] in LAUNCHERS or ns.module in LAUNCHERS:
-            activation.set_summary_printing(False)
+            activation.leave_summary_to_workers()
         return _run_program(lambda: entry.run_module(ns.module, [ns.module] + ns.target))
     target, args = ns.target[0], ns.target[1:]
     if target == "-":  # the program on standard input, as `python -`
@@ -169,7 +169,7 @@ def _cmd_run(ns, parser) -> int:
         if path is None:
             raise ConfigError(f"run: {target!r} is neither a file nor a program on PATH")
         if os.path.basename(path) in ("torchrun", "accelerate", "deepspeed"):
-            activation.set_summary_printing(False)
+            activation.leave_summary_to_workers()
         if not _is_python_script(path):
             # a native program: its Python children inherit the activation through the environment
             os.execvpe(path, [path] + args, os.environ)

@@ -119,6 +119,18 @@ SNIPPET = 'import torch\ndevice = torch.device("cuda"); print("GATE", device.typ
 
 
 @pytest.mark.slow
+def test_a_launchers_one_worker_without_a_rank_prints_the_summary(tmp_path):
+    """accelerate launch --num_processes 1 starts one worker and sets no RANK: that worker prints the summary,
+    once (the launcher leaves it to its workers)."""
+    (tmp_path / "train.py").write_text(SNIPPET)
+    proc = shim_run(["-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+                     "--mixed_precision", "no", "--dynamo_backend", "no", "train.py"], cwd=tmp_path)
+    assert proc.returncode == 0 and "GATE True" in proc.stdout, proc.stderr[-3000:]
+    assert proc.stderr.count("ascend_shim migration report") == 1, proc.stderr[-3000:]
+    assert "train.py:2" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_torchrun_console_script_snippet_prints_true_in_every_worker(tmp_path):
     (tmp_path / "train.py").write_text(SNIPPET)
     bindir = _console_script(tmp_path, "torchrun", "torch.distributed.run")
