@@ -70,8 +70,11 @@ def run_file(test_dir: Path, name: str, layer: str, junit: Path, per_file_s: int
            "-p", "no:cacheprovider", *plugin, "--timeout", "120", f"--junitxml={junit}", f"{name}.py"]
     try:
         return subprocess.run(cmd, cwd=test_dir, env=env, capture_output=True, text=True, timeout=per_file_s)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "", exc.stderr or "")
+    except subprocess.TimeoutExpired as exc:  # its output comes as bytes, text=True or not
+        def text(out) -> str:
+            return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+        return subprocess.CompletedProcess(cmd, 124, text(exc.stdout), text(exc.stderr))
 
 
 def counts(junit: Path) -> tuple[int, int] | None:

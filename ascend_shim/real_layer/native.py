@@ -15,30 +15,24 @@ Three kinds of names:
 from __future__ import annotations
 
 import enum
-import hashlib
 import itertools
 import os
 import re
 import sys
 import time
 import types
-import uuid
 from collections.abc import Callable
 
 import torch
 
 from .. import sim
-from ..sim import DEVICE_NAME, _device_index, _extension, ipc, memory_stats
-from . import streams
+from ..sim import DEVICE_NAME, _device_index, _extension, ipc, memory_stats, runtime, streams
+from ..sim.errors import NotEmulatedError
 from .prepare import CANN_VERSION
 
 #: Ascend910B3 in torch_npu's SocVersion table (``torch_npu/npu/utils.py``)
 SOC_VERSION = 224
 CHILDREN = ("_profiler", "_distributed_c10d", "_cd", "_logging", "_flops_count", "_npurt", "_mstx")
-
-
-class NotEmulatedError(NotImplementedError):
-    """A native function of torch_npu that the emulated NPU does not provide."""
 
 
 def _native():
@@ -159,7 +153,6 @@ def _npu_init():
     torch_npu.npu.default_generators = tuple(native.default_generator(i) for i in range(native.device_count()))
 
 
-C.provide("_npu_getDeviceCount", lambda: _device_index.device_count())
 C.provide("_npu_setDevice", lambda index: _native().set_device(int(index)))
 C.provide("_npu_getDevice", lambda: _native().current_device())
 C.provide("_npu_getDeviceWithoutSet", lambda: _native().current_device())
@@ -174,10 +167,6 @@ C.provide("_npu_getDeviceName", lambda: DEVICE_NAME)
 C.provide("_npu_get_soc_version", lambda: SOC_VERSION)
 C.provide("_npu_canDeviceAccessPeer", lambda device, peer: int(device) != int(peer))  # as CUDA: not itself
 C.provide("_npu_hasPrimaryContext", lambda index: _native().device_count_fixed())
-C.provide("_npu_getDeviceUtilizationRate", lambda device: _utilization(device))
-C.provide("_npu_set_sync_debug_mode", lambda mode: _native().set_sync_debug_mode(_checked_long(mode, "debug_mode")))
-C.provide("_npu_get_sync_debug_mode", lambda: _native().sync_debug_mode())
-C.provide("_npu_set_op_timeout_ms", lambda timeout: _set_op_timeout(timeout))
 C.provide("_npu_set_fill_uninitialized_memory", lambda mode: None)  # fresh host memory: contents undefined
 C.provide("_npu_get_fft_plan_cache_size", lambda: 0)  # FFTs run on the host: no plan cache
 C.provide("_npu_get_fft_plan_cache_max_size", lambda: 0)
@@ -188,71 +177,8 @@ C.provide("_npu_set_deterministic_level", lambda level: _DETERMINISTIC.__setitem
 C.provide("_npu_get_deterministic_level", lambda: _DETERMINISTIC[0])
 
 
-def _checked_long(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RuntimeError(f"invalid argument to set_sync_debug_mode, {name} type must long")
-    return value
-
-
-def _utilization(device) -> int:
-    """Utilization rate (percent) between calls: 0, since emulated kernels finish inside the calling thread."""
-    if isinstance(device, bool) or not isinstance(device, int):
-        raise RuntimeError("invalid argument to getDeviceUtilizationRate")
-    _native().check_index(device)
-    return 0
-
-
-_OP_TIMEOUT_MS = [0]
-
-
-def _set_op_timeout(timeout) -> None:
-    """An unsigned 32-bit timeout, parsed as torch_npu's binding parses it (kernels never time out here)."""
-    if not isinstance(timeout, int):
-        raise TypeError(f"an integer is required (got type {type(timeout).__name__})")
-    if timeout < 0:
-        raise OverflowError("can't convert negative value to unsigned int")
-    if timeout >= 2 ** 32:
-        raise OverflowError("Overflow when unpacking long")
-    _OP_TIMEOUT_MS[0] = timeout
+C.names.update(runtime.NATIVE)  # devices, streams and events, the allocation fast path: as on the builtin layer
 C.provide("_c10d_npu_init", lambda: True)  # torch_npu.distributed.is_available() probes for it
-
-
-def device_uuid(index: int) -> uuid.UUID:
-    """A stable identity per emulated device (the runtime's aclrtUuid, shown as torch shows CUDA's)."""
-    return uuid.UUID(bytes=hashlib.sha256(f"ascend_shim emulated {DEVICE_NAME} {index}".encode()).digest()[:16])
-
-
-class _NPUDeviceProperties:
-    """What ``torch.npu.get_device_properties`` returns (torch_npu's pybind class)."""
-
-    def __init__(self, index: int):
-        self.name = DEVICE_NAME
-        self.total_memory = _native().total_memory()
-        self.cube_core_num = 20
-        self.vector_core_num = 40
-        self.L2_cache_size = 192 << 20
-        self.multi_processor_count = 20
-        self.uuid = device_uuid(index)
-        # CUDA's fields that torch_npu's properties answer with None
-        self.major = self.minor = self.is_multi_gpu_board = self.is_integrated = None
-        self.max_threads_per_multi_processor = self.warp_size = self.regs_per_multiprocessor = None
-        self.gcnArchName = None
-
-    def __repr__(self):
-        return (f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory >> 20}MB, "
-                f"cube_core_num={self.cube_core_num}, vector_core_num={self.vector_core_num}, "
-                f"L2_cache_size={self.L2_cache_size >> 20}MB)")
-
-
-class _NPUDeviceMemories:
-    def __init__(self, index: int):
-        self.total_memory = _native().total_memory()
-        self.free_memory = self.total_memory - _native().memory_stats(int(index))["reserved_bytes"]
-
-
-C.provide("_NPUDeviceProperties", _NPUDeviceProperties)
-C.provide("_npu_getDeviceProperties", lambda index: _NPUDeviceProperties(int(index)))
-C.provide("_npu_getDeviceMemories", lambda index: _NPUDeviceMemories(int(index)))
 
 
 # -- memory: the emulated device's caching allocator (shared with the builtin layer) ----------------------
@@ -268,7 +194,6 @@ C.provide("_npu_record_memory_history", memory_stats.record_history)
 C.provide("_npu_isHistoryEnabled", lambda: memory_stats.history_enabled())
 C.provide("_npu_getAllocatorBackend", lambda: "native")
 C.provide("_npu_npuCachingAllocator_set_allocator_settings", lambda settings: None)
-C.provide("_npu_hostEmptyCache", lambda: _native().host_empty_cache())
 C.provide("_npu_hostMemoryStats", lambda: _native().host_memory_stats())
 C.provide("_npu_resetAccumulatedHostMemoryStats", lambda: _native().host_reset_accumulated())
 C.provide("_npu_resetPeakHostMemoryStats", lambda: _native().host_reset_peak())
@@ -304,23 +229,6 @@ def _raw_delete(mem_ptr):
         raise RuntimeError(f"invalid device pointer: {int(mem_ptr):#x}")
 
 
-# -- streams and events ----------------------------------------------------------------------------------------
-C.provide("_NPUStreamBase", streams._NPUStreamBase)
-C.provide("_NPUEventBase", streams._NPUEventBase)
-C.provide("_npu_getCurrentStream", streams.current_stream)
-C.provide("_npu_getDefaultStream", streams.default_stream)
-C.provide("_npu_setStream", streams.set_stream)
-C.provide("_npu_getCurrentRawStream", streams.current_raw_stream)
-C.provide("_npu_getCurrentRawStreamNoWait", streams.current_raw_stream)
-
-
-@C.provide("_npu_eraseStream")
-def _npu_erase_stream(tensor, stream_id=0, device_index=0, device_type=0):
-    """Undo ``record_stream``: the emulated allocator reuses a block once freed whatever streams used it."""
-    if not isinstance(tensor, torch.Tensor):
-        raise RuntimeError("tensor is not torch.Tensor.")
-
-
 # -- storage construction (torch_npu's torch.save path for npu storages) --------------------------------------
 @C.provide("_tensor_construct_from_storage")
 def _tensor_construct_from_storage(storage):
@@ -332,18 +240,6 @@ def _tensor_construct_from_storage(storage):
     itemsize = torch.empty(0, dtype=dtype).element_size()
     tensor = torch.empty(0, dtype=dtype, device=untyped.device)
     return tensor.set_(untyped, 0, (untyped.nbytes() // itemsize,), (1,))
-
-
-@C.provide("_empty_strided_npu")
-def _empty_strided_npu(*args):
-    """The allocation fast path torch_npu's inductor code uses: exactly (sizes, strides, dtype)."""
-    if len(args) != 3:
-        raise RuntimeError("_empty_strided_npu expects exactly 3 args: (sizes, strides, dtype)")
-    sizes, strides, dtype = args
-    if not isinstance(dtype, torch.dtype):
-        raise RuntimeError("_empty_strided_npu: arg 3 must be a torch.dtype")
-    return torch.empty_strided(tuple(sizes), tuple(strides), dtype=dtype,
-                               device=torch.device("npu", _native().current_device()))
 
 
 # -- autocast on the npu device (torch's device-generic state, PrivateUse1's) ----------------------------------

@@ -11,50 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from ..sim.errors import NotEmulatedError
+
 _libraries: list[torch.library.Library] = []  # kept alive: a Library's registrations go with it
-
-
-def _get_storage_size(self):
-    return self.untyped_storage().nbytes() // self.element_size()
-
-
-def _npu_change_data_ptr(dst, src, index):
-    from ..sim import _extension
-
-    return _extension.load().change_data_ptr(dst, src, int(index))
-
-
-#: torch_npu's plain layouts (FormatHelper's non-private formats): NCHW, NHWC, ND, NDHWC, NCDHW. A tensor in one
-#: of them is stored as it is indexed, which is all the emulated device stores.
-BASE_FORMATS = {0: "NCHW", 1: "NHWC", 2: "ND", 27: "NDHWC", 30: "NCDHW"}
-
-
-def _check_format(op: str, acl_format) -> None:
-    if int(acl_format) not in BASE_FORMATS:
-        from .native import NotEmulatedError
-
-        raise NotEmulatedError(f"{op}: acl_format {acl_format} is a private NPU format (NZ, NC1HWC0 ...), which the "
-                               f"emulated NPU does not store; the plain formats {sorted(BASE_FORMATS)} work")
-
-
-def _get_npu_format(self):
-    return 2  # ACL_FORMAT_ND: how the emulated device stores every tensor
-
-
-def _npu_format_cast(self, acl_format, customize_dtype=None, input_dtype=None):
-    _check_format("npu_format_cast", acl_format)
-    return self
-
-
-def _empty_with_format(size, dtype=None, layout=None, device=None, pin_memory=None, acl_format=2,
-                       base_addr_aligned_kb=None):
-    _check_format("empty_with_format", acl_format)
-    return torch.empty(size, dtype=dtype, layout=layout, device=device or "npu", pin_memory=pin_memory)
-
-
-#: the storage and format helpers of the native layer, by op name
-HELPERS = {"get_storage_size": _get_storage_size, "npu_change_data_ptr": _npu_change_data_ptr,
-           "get_npu_format": _get_npu_format, "npu_format_cast": _npu_format_cast}
 
 
 def define_and_register(schemas: list[str] | None = None) -> list[str]:
@@ -75,14 +34,11 @@ def define_and_register(schemas: list[str] | None = None) -> list[str]:
             refused.append(f"{schema.split('(', 1)[0]}: {str(exc).splitlines()[0]}")
     kernels = torch.library.Library("npu", "IMPL")
     _libraries.extend([definitions, kernels])
+    from ..sim import formats
     from ..sim.ops import library
 
     emulated = set(library.register_kernels(kernels))
-    for name, fn in HELPERS.items():
-        kernels.impl(name, fn, "PrivateUse1")
-        emulated.add(name)
-    kernels.impl("empty_with_format", _empty_with_format, "BackendSelect")  # no tensor argument: by `device`
-    emulated.add("empty_with_format")
+    emulated.update(formats.register(kernels))  # the storage and format helpers, as on the builtin layer
     for name in sorted({schema.split("(", 1)[0] for schema in schemas}):
         if name.split(".", 1)[0] not in emulated:
             kernels.impl(name, _not_emulated(name), "PrivateUse1")
@@ -91,8 +47,6 @@ def define_and_register(schemas: list[str] | None = None) -> list[str]:
 
 def _not_emulated(name: str):
     def kernel(*args, **kwargs):
-        from .native import NotEmulatedError
-
         raise NotEmulatedError(f"torch.ops.npu.{name} is not emulated: the emulated NPU implements the fused "
                                f"attention, rotary, RMSNorm and SwiGLU ops and torch_npu's storage helpers; run "
                                f"this op on an Ascend machine")

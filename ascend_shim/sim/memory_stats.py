@@ -87,3 +87,58 @@ def record_history(enabled="all", context="all", stacks="all", max_entries=sys.m
 
 def history_enabled() -> bool:
     return bool(_history["enabled"])
+
+
+#: the rows of torch_npu's memory summary: (statistic, label, kind)
+_SUMMARY_ROWS = (("allocated_bytes", "Allocated memory", "size"), ("active_bytes", "Active memory", "size"),
+                 ("reserved_bytes", "NPU reserved memory", "size"),
+                 ("inactive_split_bytes", "Non-releasable memory", "size"), ("allocation", "Allocations", "count"),
+                 ("active", "Active allocs", "count"), ("segment", "NPU reserved segments", "count"),
+                 ("inactive_split", "Non-releasable allocs", "count"))
+_RULE, _DOUBLE = "-" * 75, "=" * 75
+
+
+def _scaled(value: int, reference: float, units: tuple[str, ...], base: int, threshold: int) -> tuple[int, str]:
+    """``value`` in the unit that suits ``reference`` (the row's first value, so a row shares one unit)."""
+    unit = units[0]
+    for bigger in units[1:]:
+        if reference < threshold:
+            break
+        unit, value, reference = bigger, value // base, reference / base
+    return value, unit
+
+
+def _size(value: int, reference: float) -> str:
+    value, unit = _scaled(value, reference, ("B ", "KB", "MB", "GB", "TB", "PB"), 1024, 768 * 1024)
+    return f"{value:7d} {unit}"
+
+
+def _count(value: int, reference: float) -> str:
+    value, unit = _scaled(value, reference, (" ", "K", "M"), 1000, 750 * 1000)
+    return f"{value:7d} {unit} "
+
+
+def summary(index: int, abbreviated: bool = False) -> str:
+    """``torch.npu.memory_summary``: torch_npu's table of the allocator's statistics (75 columns)."""
+    stats = nested(index)
+    lines = [_DOUBLE, f" {'':16} PyTorch NPU memory summary, device ID {index:<18d} ", _RULE,
+             f"  {'':9} NPU OOMs: {stats['num_ooms']:<13d} | {'':6} npuMalloc retries: "
+             f"{stats['num_alloc_retries']:<9d}  ", _DOUBLE,
+             "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
+
+    def row(label: str, values: dict, reference: dict, fmt) -> str:
+        cells = " | ".join(fmt(values[key], reference[key]) for key in ("current", "peak", "allocated", "freed"))
+        return f" {label:<21} | {cells} "
+
+    for key, label, kind in _SUMMARY_ROWS:
+        fmt = _size if kind == "size" else _count
+        lines.append(_RULE)
+        pools = [("all", label)] if abbreviated else [("all", label), ("large_pool", "      from large pool"),
+                                                      ("small_pool", "      from small pool")]
+        for pool, name in pools:
+            lines.append(row(name, stats[key][pool], stats[key]["all"], fmt))
+    for key, label in (("oversize_allocations", "Oversize allocations"),
+                       ("oversize_segments", "Oversize NPU segments")):
+        lines += [_RULE, row(label, stats[key], stats[key], _count)]
+    lines.append(_DOUBLE)
+    return "|" + "|\n|".join(lines) + "|\n"

@@ -14,13 +14,6 @@ PROBES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes")
 
 #: (probe, fact) -> why the layers differ there
 KNOWN = {
-    ("device_contract", "event without timing"):
-        "the builtin layer's Event is torch.Event, whose elapsed_time raises ValueError for an unrecorded event; "
-        "torch_npu's own event class raises RuntimeError",
-    ("device_contract", "get_npu_format"):
-        "the builtin layer does not provide torch_npu's storage-format helpers (the device has the ND format only)",
-    ("device_contract", "npu_format_cast ND"): "as get_npu_format",
-    ("device_contract", "npu_format_cast NZ"): "as get_npu_format",
     ("device_contract", "an op the emulator does not implement"):
         "the real layer defines every npu:: schema of the wheel (the ones not emulated raise NotEmulatedError when "
         "called); the builtin layer defines the schemas of the ops it implements only",

@@ -76,8 +76,10 @@ def test_register_is_idempotent_and_matches_torch_npu(npu):
     assert BackendConfig("cpu:gloo,npu:hccl").get_device_backend_map() == {"cpu": "gloo", "npu": "hccl"}
 
 
+@pytest.mark.builtin_layer
 def test_pg_options_accepted(npu):
-    """init_process_group(pg_options=ProcessGroupHCCL.Options()) as torch_npu users write it."""
+    """init_process_group(pg_options=ProcessGroupHCCL.Options()) as torch_npu users write it (the builtin facade's
+    Options; on the real layer they are torch_npu's own)."""
     import torch.distributed as dist
 
     from ascend_shim.sim import hccl

@@ -8,8 +8,8 @@ rest are placeholders that raise :class:`NotEmulatedError` when called or instan
 from __future__ import annotations
 
 # submodules, attributes of the real module too
-from . import (amp as amp, graphs as graphs, memory as memory, npu_config as npu_config, random as random,
-               streams as streams, utils as utils)
+from . import (aclnn as aclnn, amp as amp, graphs as graphs, memory as memory, npu_config as npu_config,
+               random as random, streams as streams, utils as utils)
 from ._unemulated import REAL_EXTRA, module_getattr, placeholder_function
 from ._unemulated import NotEmulatedError as NotEmulatedError, unemulated_names as unemulated_names
 from .autocast_utils import (get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabled,
@@ -30,9 +30,9 @@ from .memory import (MemPool, NPUPluggableAllocator, caching_allocator_alloc, ca
                      reset_peak_memory_stats, set_per_process_memory_fraction, use_mem_pool)
 from .mstx import mstx
 from .npu_config import (CubeMathType, _allowHF32Conv, _allowHF32Matmul, _npuConfig, are_compatible_impl_enabled,
-                         get_mm_bmm_format_nd, get_task_queue_enable, is_jit_compile_false, set_compile_mode,
-                         set_deterministic_level, set_mm_bmm_format_nd, set_option, set_task_queue_enable,
-                         use_compatible_impl)
+                         get_device_limit, get_mm_bmm_format_nd, get_task_queue_enable, is_jit_compile_false,
+                         set_compile_mode, set_deterministic_level, set_device_limit, set_mm_bmm_format_nd, set_option,
+                         set_task_queue_enable, use_compatible_impl)
 from .random import (get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
                      set_rng_state, set_rng_state_all)
 from .streams import (Event, ExternalEvent, ExternalStream, Stream, StreamContext, SyncLaunchStream,
@@ -41,6 +41,7 @@ from ...tensor_types import (BFloat16Storage, BFloat16Tensor, BoolStorage, BoolT
                            CharStorage, CharTensor, DoubleStorage, DoubleTensor, FloatStorage, FloatTensor,
                            HalfStorage, HalfTensor, IntStorage, IntTensor, LongStorage, LongTensor, ShortStorage,
                            ShortTensor)
+from ascend_shim.sim.runtime import set_op_timeout_ms as set_op_timeout_ms
 from .utils import (can_device_access_peer, check_uce_in_memory, clear_npu_overflow_flag, current_blas_handle,
                     current_device, device, device_count, device_of, get_device_capability, get_device_name,
                     get_device_properties, get_npu_overflow_flag, get_sync_debug_mode, init, ipc_collect,
@@ -97,7 +98,6 @@ __all__ = [
 # real function's parameters.
 _DUMPS = "operator data dumps need the CANN dump tooling"
 _RECOVERY = "device fault recovery needs the device runtime"
-_DEVICE_LIMITS = "per-device core limits need the device runtime"
 _STREAM_LIMITS = "per-stream core limits need the device runtime"
 _OBFUSCATION = "model obfuscation needs the CANN runtime"
 set_dump = placeholder_function("torch.npu.set_dump", _DUMPS, "cfg_file")
@@ -109,9 +109,7 @@ stress_detect = placeholder_function("torch.npu.stress_detect", "hardware stress
 stop_device = placeholder_function("torch.npu.stop_device", _RECOVERY, "device_id")
 restart_device = placeholder_function("torch.npu.restart_device", _RECOVERY,
                                       "device_id, rebuild_all_resources=False, disable_tensor_unsafe_check=False")
-set_device_limit = placeholder_function("torch.npu.set_device_limit", _DEVICE_LIMITS,
-                                        "device, cube_num=-1, vector_num=-1")
-get_device_limit = placeholder_function("torch.npu.get_device_limit", _DEVICE_LIMITS, "device")
+
 set_stream_limit = placeholder_function("torch.npu.set_stream_limit", _STREAM_LIMITS,
                                         "stream, cube_num=-1, vector_num=-1")
 reset_stream_limit = placeholder_function("torch.npu.reset_stream_limit", _STREAM_LIMITS, "stream")
@@ -123,8 +121,6 @@ obfuscation_initialize = placeholder_function(
 obfuscation_finalize = placeholder_function("torch.npu.obfuscation_finalize", _OBFUSCATION, "fd_to_close")
 obfuscation_calculate = placeholder_function("torch.npu.obfuscation_calculate", _OBFUSCATION,
                                              "fd, x, param, *, obf_coefficient=1.0")
-set_op_timeout_ms = placeholder_function("torch.npu.set_op_timeout_ms", "operator timeouts need the device runtime",
-                                         "timeout")
 npurt = placeholder_function("torch.npu.npurt", "the raw NPU runtime API module needs CANN", "")
 
 _extra_getattr = module_getattr("torch.npu", REAL_EXTRA)

@@ -17,7 +17,7 @@ __all__ = ["REAL_EXTRA", "NotEmulatedError", "not_emulated", "placeholder_functi
            "placeholder_class", "is_placeholder", "unemulated_names", "module_getattr"]
 
 # Reachable on the real module although not in its __all__ (submodules and helpers), and not emulated.
-REAL_EXTRA = ("profiler", "aclnn", "npugraph_ex", "datadump", "_npu_setOption")
+REAL_EXTRA = ("profiler", "npugraph_ex", "datadump", "_npu_setOption")
 
 _MARK = "_ascend_shim_not_emulated"
 

@@ -102,28 +102,8 @@ def memory_stats(device=None) -> collections.OrderedDict[str, int]:
 
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
-    index = _checked_index(device)
-    raw = _native().memory_stats(index)
-
-    def size(n):
-        for unit in ("B", "KiB", "MiB", "GiB"):
-            if abs(n) < 1024 or unit == "GiB":
-                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-            n /= 1024
-
-    rows = [
-        ("Allocated memory", size(raw["live_bytes"]), size(raw["peak_bytes"]), size(raw["allocated_bytes"]),
-         size(raw["freed_bytes"])),
-        ("Allocations", raw["live_blocks"], raw["peak_blocks"], raw["allocated_blocks"], raw["freed_blocks"]),
-    ]
-    rows.append(("Reserved memory", size(raw["reserved_bytes"]), size(raw["peak_reserved_bytes"]),
-                 size(raw["reserved_allocated_bytes"]), size(raw["reserved_freed_bytes"])))
-    lines = [f"|  Emulated NPU memory summary, device ID {index} (ascend_shim sim)",
-             f"|  OOMs: {raw['ooms']}",
-             "| {:<20} | {:>12} | {:>12} | {:>12} | {:>12} |".format("Metric", "Cur Usage", "Peak Usage",
-                                                                    "Tot Alloc", "Tot Freed")]
-    lines += ["| {:<20} | {:>12} | {:>12} | {:>12} | {:>12} |".format(*map(str, row)) for row in rows]
-    return "\n".join(lines) + "\n"
+    """torch_npu's table of the allocator's statistics for the device (per pool unless ``abbreviated``)."""
+    return _memory.summary(_checked_index(device), abbreviated)
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
@@ -136,6 +116,8 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     """Cap this process's npu memory; allocations past the cap raise torch.OutOfMemoryError."""
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`")
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     _native().set_memory_fraction(fraction, _checked_index(device))
 
 

@@ -13,7 +13,8 @@ import torch
 
 __all__ = ["set_option", "set_compile_mode", "is_jit_compile_false", "set_mm_bmm_format_nd",
            "get_mm_bmm_format_nd", "CubeMathType", "set_task_queue_enable", "get_task_queue_enable",
-           "set_deterministic_level", "use_compatible_impl", "are_compatible_impl_enabled"]
+           "set_deterministic_level", "use_compatible_impl", "are_compatible_impl_enabled", "set_device_limit",
+           "get_device_limit"]
 
 _options: dict[str, str] = {}
 _mm_bmm_format_nd = True
@@ -163,3 +164,59 @@ def use_compatible_impl(is_enable) -> None:
 
 def are_compatible_impl_enabled() -> bool:
     return _get_option("TORCH_NPU_USE_COMPATIBLE_IMPL") == "1"
+
+
+def _checked_device_id(device) -> int:
+    from .utils import device_count
+
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(f"device must be an int, but got {type(device).__name__}")
+    if device < 0 or device >= device_count():
+        raise AssertionError("Invalid device id")
+    return device
+
+
+class _CallOnce:
+    """A function a process may call once (torch_npu's rule for ``set_device_limit``); ``called`` is public, as
+    torch_npu's."""
+
+    def __init__(self, func):
+        self.func, self.called, self.result = func, False, None
+        self.__name__ = self.__qualname__ = func.__name__
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func  # inspect.signature reads the function's parameters
+
+    def __call__(self, *args, **kwargs):
+        if self.called:
+            raise RuntimeError(f"Function '{self.func.__name__}' has already been called, You can only set this "
+                               f"interface once.")
+        self.called = True
+        self.result = self.func(*args, **kwargs)
+        return self.result
+
+
+@_CallOnce
+def set_device_limit(device, cube_num=-1, vector_num=-1):
+    """Limit the cube and vector cores the device's operators use (-1 leaves one as it is); once per process."""
+    from ascend_shim.sim import runtime
+
+    from .utils import _lazy_init
+
+    _checked_device_id(device)
+    _lazy_init()
+    if cube_num != -1:
+        runtime.set_device_res_limit(device, 0, cube_num)
+    if vector_num != -1:
+        runtime.set_device_res_limit(device, 1, vector_num)
+
+
+def get_device_limit(device) -> dict[str, int]:
+    """``{"cube_core_num": ..., "vector_core_num": ...}``: the device's limits (all its cores unless set)."""
+    from ascend_shim.sim import runtime
+
+    from .utils import _lazy_init
+
+    _checked_device_id(device)
+    _lazy_init()
+    return {"cube_core_num": runtime.get_device_res_limit(device, 0),
+            "vector_core_num": runtime.get_device_res_limit(device, 1)}

@@ -1,69 +1,146 @@
-"""Streams and events of torch.npu.
+"""Streams and events of torch.npu, built as torch_npu builds them: on the native stream and event bases.
 
-Emulated kernels run synchronously on the host, so a stream is always idle (query() is True, synchronize()
-returns at once) and an event completes when it is recorded. What user code can observe is still real: stream
-identity, the current stream per thread and device, and elapsed time between timing events.
-
-``Stream`` subclasses ``torch.Stream``. ``Event(...)`` returns a plain ``torch.Event`` on the npu device, because
-torch 2.13's Stream/Event methods reject Event subclasses; ``isinstance(e, torch.npu.Event)`` still holds.
+The bases (:mod:`ascend_shim.sim.streams`, which the real layer's ``torch_npu._C`` provides too) keep what the
+hardware shows: stream ids by kind and pool, one raw handle per stream (``npu_stream``), external streams that
+wrap a handle made elsewhere, events that record the host clock (``recorded_time``, ``elapsed_time``). Emulated
+kernels run synchronously on the host, so a stream is always idle and an event completes when it is recorded.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
-import torch
+from ascend_shim.sim import streams as _native_streams
 
-from ._unemulated import module_getattr, placeholder_class
-from ._utils import _checked_index, _get_device_index, _native
+from ._unemulated import module_getattr
+from ._utils import _checked_index, _get_device_index
 
 __all__ = ["Stream", "Event", "StreamContext", "stream", "set_stream", "current_stream", "default_stream",
            "SyncLaunchStream", "ExternalStream", "ExternalEvent"]
 
 
-class Stream(torch.Stream):
-    """An npu stream: ``Stream(device=None, priority=0)``."""
+def _on_device(device, make):
+    """``make()`` with ``device`` current (None: the current device), as torch_npu creates streams."""
+    if device is None:
+        return make()
+    from .utils import device as device_context
 
-    def __new__(cls, device=None, priority=0, **kwargs):
-        if kwargs:  # rebuilding an existing stream: stream_id/device_index/device_type
-            return super().__new__(cls, **kwargs)
-        index = _checked_index(device)
-        return super().__new__(cls, device=torch.device("npu", index), priority=priority)
+    with device_context(_checked_index(device)):
+        return make()
 
-    @classmethod
-    def _wrap(cls, base: torch.Stream) -> Stream:
-        return cls(stream_id=base.stream_id, device_index=base.device_index, device_type=base.device_type)
+
+class _StreamMethods:
+    """What torch_npu's stream classes add to the native base: events, waits, identity and repr."""
+
+    npu_stream: int
+    device: Any
+    _kind = "Stream"
+
+    def wait_event(self, event) -> None:
+        """Make future work on this stream wait for ``event`` (complete at once: kernels run synchronously)."""
+        event.wait(self)
+
+    def wait_stream(self, stream) -> None:
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event=None):
+        """Record ``event`` (a new one if None) on this stream and return it."""
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    @property
+    def _as_parameter_(self):
+        return ctypes.c_void_p(self.npu_stream)
+
+    def __eq__(self, other):
+        if isinstance(other, _StreamMethods):
+            return super().__eq__(other)
+        return False
+
+    def __hash__(self):
+        return hash((self.npu_stream, self.device))
 
     def __repr__(self):
-        return f"<torch_npu.npu.Stream device={self.device} stream_id={self.stream_id}>"
+        return f"<torch_npu.npu.{self._kind} device={self.device} npu_stream={self.npu_stream:#x}>"
 
 
-class _EventMeta(type):
-    def __instancecheck__(cls, obj):
-        return isinstance(obj, torch.Event) and obj.device is not None and obj.device.type == "npu"
+class Stream(_StreamMethods, _native_streams._NPUStreamBase):
+    """An npu stream: ``Stream(device=None, priority=0)``; ``Stream(stream_id=, device_index=, device_type=)``
+    rebuilds an existing one (checked as the runtime checks it)."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        return _on_device(device, lambda: super(Stream, cls).__new__(cls, priority=priority, **kwargs))
 
 
-class Event(metaclass=_EventMeta):
-    """An npu event: ``Event(enable_timing=False, blocking=False, interprocess=False)`` -> torch.Event."""
+class SyncLaunchStream(_StreamMethods, _native_streams._NPUStreamBase):
+    """A stream whose kernels launch synchronously (one of the device's 4 sync-launch streams); every emulated
+    stream does."""
+
+    _kind = "SyncLaunchStream"
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        return _on_device(device, lambda: super(SyncLaunchStream, cls).__new__(cls, priority=priority,
+                                                                               is_sync_launch=1, **kwargs))
+
+
+class ExternalStream(Stream):
+    """A stream over a raw runtime handle made outside torch (``stream_ptr``); its life-cycle is the caller's.
+    Querying or synchronizing it raises, as on torch_npu."""
+
+    def __new__(cls, stream_ptr, device=None, **kwargs):
+        return _on_device(device, lambda: super(Stream, cls).__new__(cls, stream_ptr=stream_ptr, **kwargs))
+
+
+class Event(_native_streams._NPUEventBase):
+    """An npu event: ``Event(enable_timing=False, blocking=False, interprocess=False)``."""
+
+    _kind = "Event"
 
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-        return torch.Event(device=torch.device("npu", _native().current_device()), enable_timing=enable_timing,
-                           blocking=blocking, interprocess=interprocess)
+        return super().__new__(cls, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+    def record(self, stream=None):
+        super().record(current_stream() if stream is None else stream)
+
+    def wait(self, stream=None):
+        super().wait(current_stream() if stream is None else stream)
+
+    @property
+    def _as_parameter_(self):
+        return ctypes.c_void_p(self.npu_event)
+
+    def __repr__(self):
+        if self.npu_event:
+            return f"<torch_npu.npu.{self._kind} {self._as_parameter_.value:#x}>"
+        return f"<torch_npu.npu.{self._kind} uninitialized>"
+
+
+class ExternalEvent(Event):
+    """An event for graph capture, recorded and waited outside the graph's own tracking; never timed."""
+
+    _kind = "ExternalEvent"
+
+    def __new__(cls):
+        return super().__new__(cls)
 
 
 def current_stream(device=None) -> Stream:
-    return Stream._wrap(torch.accelerator.current_stream(torch.device("npu", _checked_index(device))))
+    stream_id, index, device_type = _native_streams.current_stream(_checked_index(device))
+    return Stream(stream_id=stream_id, device_index=index, device_type=device_type)
 
 
 def default_stream(device=None) -> Stream:
-    current = current_stream(device)
-    return Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
+    stream_id, index, device_type = _native_streams.default_stream(_checked_index(device))
+    return Stream(stream_id=stream_id, device_index=index, device_type=device_type)
 
 
 def set_stream(stream) -> None:
     """Make ``stream`` the current stream of its device (and that device the current device)."""
     if stream is None:
         return
-    torch.accelerator.set_stream(stream)
+    _native_streams.set_stream(stream.stream_id, stream.device_index, stream.device_type)
 
 
 class StreamContext:
@@ -100,14 +177,5 @@ class StreamContext:
 def stream(stream) -> StreamContext:
     return StreamContext(stream)
 
-
-class SyncLaunchStream(Stream):
-    """A stream whose kernels launch synchronously: every emulated stream already does."""
-
-
-_EXTERNAL = "it wraps a raw ACL runtime handle created outside torch"
-ExternalStream = placeholder_class("torch.npu.ExternalStream", _EXTERNAL, bases=(Stream,),
-                                   params="stream_ptr, device=None, **kwargs")
-ExternalEvent = placeholder_class("torch.npu.ExternalEvent", _EXTERNAL, params="")
 
 __getattr__ = module_getattr("torch.npu.streams")

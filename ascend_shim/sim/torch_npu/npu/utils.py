@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
-
-
 from ascend_shim.digits import is_digits
 from ascend_shim.sim import DEVICE_NAME
-from ascend_shim.sim import _device_index
+from ascend_shim.sim import _device_index, runtime as _runtime
 
 from ._utils import _checked_index, _get_device_index, _native
+# the stream API, reachable here as on torch_npu (whose utils module defines it)
+from .streams import StreamContext as StreamContext, current_stream as current_stream  # noqa: F401
+from .streams import default_stream as default_stream, set_stream as set_stream, stream as stream  # noqa: F401
 
 __all__ = [
     "is_available", "device_count", "current_device", "set_device", "device", "device_of", "synchronize",
@@ -80,31 +80,11 @@ def get_device_name(device_name=None) -> str:
     return DEVICE_NAME
 
 
-@dataclass(frozen=True)
-class _NPUDeviceProperties:
-    """Properties of an emulated device: the nominal datasheet figures of an Ascend 910B3.
-
-    These are the fields real torch_npu exposes (repr of ``_NPUDeviceProperties``); ``major``, ``minor`` and
-    ``multi_processor_count`` are deliberately absent because their values on real hardware are unverified.
-    """
-
-    name: str
-    total_memory: int
-    cube_core_num: int
-    vector_core_num: int
-    L2_cache_size: int
-
-    def __repr__(self):
-        return (f"_NPUDeviceProperties(name='{self.name}', total_memory={self.total_memory >> 20}MB, "
-                f"cube_core_num={self.cube_core_num}, vector_core_num={self.vector_core_num}, "
-                f"L2_cache_size={self.L2_cache_size >> 20}MB)")
-
-
-def get_device_properties(device_name=None) -> _NPUDeviceProperties:
-    _checked_index(device_name)
+def get_device_properties(device_name=None) -> _runtime.NPUDeviceProperties:
+    """The nominal figures of an Ascend 910B3, its uuid; CUDA's fields without an NPU counterpart are None."""
+    index = _checked_index(device_name)
     _lazy_init()  # as torch_npu: asking for the properties initializes the runtime
-    return _NPUDeviceProperties(name=DEVICE_NAME, total_memory=_native().total_memory(), cube_core_num=20,
-                                vector_core_num=40, L2_cache_size=192 << 20)
+    return _runtime.NPUDeviceProperties(index)
 
 
 def get_device_capability(device=None):
@@ -200,26 +180,20 @@ def ipc_collect() -> None:
 
 
 _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
-_sync_debug_mode = 0
 
 
 def set_sync_debug_mode(debug_mode) -> None:
-    """0/"default" is accepted; "warn"/"error" (diagnosing synchronizing ops) are not emulated."""
-    global _sync_debug_mode
+    """0/"default" quiet, 1/"warn" warns, 2/"error" raises on an operation that waits for the device (on the
+    emulated device: a device-to-host transfer)."""
     if isinstance(debug_mode, str):
         if debug_mode not in _SYNC_DEBUG_MODES:
             raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
         debug_mode = _SYNC_DEBUG_MODES[debug_mode]
-    if debug_mode != 0:
-        from ._unemulated import not_emulated
-
-        raise not_emulated(f"torch.npu.set_sync_debug_mode({debug_mode!r})",
-                           "warnings or errors on synchronizing operations need the device runtime's hooks")
-    _sync_debug_mode = int(debug_mode)
+    _runtime.set_sync_debug_mode(debug_mode)
 
 
 def get_sync_debug_mode() -> int:
-    return _sync_debug_mode
+    return _native().sync_debug_mode()
 
 
 def current_blas_handle():
@@ -242,3 +216,17 @@ def get_npu_overflow_flag():
 def clear_npu_overflow_flag() -> None:
     warnings.warn("When soc_version >= Ascend910B1, clear_npu_overflow_flag is useless. Please remove it.",
                   stacklevel=2)
+
+
+def _erase_stream(tensor, stream) -> None:
+    """``torch_npu.erase_stream``: drop ``stream`` from the streams ``tensor`` was recorded on (record_stream),
+    so its block returns to the allocator when freed; the emulated allocator already reuses it then."""
+    import torch
+
+    from .streams import Stream
+
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"tensor should be torch.Tensor, could not be {type(tensor)}")
+    if not isinstance(stream, Stream):
+        raise TypeError(f"stream should be torch_npu.npu.Stream, could not be {type(stream)}")
+    _runtime.erase_stream(tensor, stream.stream_id, stream.device_index, stream.device_type)

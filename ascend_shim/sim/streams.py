@@ -1,5 +1,8 @@
 """torch_npu's native streams and events (``_NPUStreamBase``, ``_NPUEventBase``, ``_npurt``) over the emulated device.
 
+Both torch_npu layers build their stream and event classes on these bases (the real layer's ``torch_npu._C``,
+the builtin ``torch.npu.streams``), so stream ids, raw handles and event timing answer alike.
+
 Kernels run synchronously, so streams are always idle and an event is complete once recorded. What programs and
 torch_npu's own tests observe is kept as on the hardware (``NPUStream.cpp``):
 
@@ -21,7 +24,8 @@ import time
 
 import torch
 
-from ..sim import _device_index, _extension
+from . import _device_index, _extension
+from .errors import NotEmulatedError
 
 #: PrivateUse1, the device type torch_npu registers ``npu`` as
 DEVICE_TYPE = 20
@@ -170,15 +174,11 @@ class _NPUEventBase(torch.Event):
         return self._recorded_ns // 1000
 
     def ipc_handle(self):
-        from .native import NotEmulatedError
-
         raise NotEmulatedError("torch_npu._C._NPUEventBase.ipc_handle is not emulated: events are not shared "
                                "between processes on the emulated NPU.")
 
     @classmethod
     def from_ipc_handle(cls, device, handle):
-        from .native import NotEmulatedError
-
         raise NotEmulatedError("torch_npu._C._NPUEventBase.from_ipc_handle is not emulated.")
 
     @property
