@@ -4,7 +4,7 @@ transformers already runs on Ascend (``is_torch_npu_available()`` branches, an N
 integration, ``optim="adamw_torch_npu_fused"``). What breaks an unmodified CUDA job is: CUDA reported as
 available (it would take CUDA branches), ``TrainingArguments(tf32=True)`` (raises "--tf32 requires Ampere ..."
 on an NPU), ``optim="adamw_torch_fused"`` (torch's fused CUDA kernel), and bitsandbytes / Liger options, which
-are CUDA/Triton-only.
+are CUDA/Triton-only (bitsandbytes only in versions without its portable kernels).
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from ascend_shim.registry import PatchSet
 
+from ascend_shim.providers.bitsandbytes import NPU_PATH_SINCE
+from ascend_shim.providers.hf_transformers import bnb_advice, bnb_npu_path
 from ascend_shim.providers.npu_checks import on_npu, unsupported
 
 if TYPE_CHECKING:
@@ -32,10 +34,12 @@ hf_transformers = PatchSet(
     "transformers.training_args:TrainingArguments.__post_init__",
     covers=("bitsandbytes",),
     why="TrainingArguments(tf32=True) raises 'requires Ampere or a newer GPU arch' without CUDA; "
-        "use_liger_kernel and bitsandbytes optimizers need CUDA/Triton kernels and fail deep inside training.",
+        "use_liger_kernel needs Triton kernels for CUDA, and bitsandbytes optimizers need kernels that older "
+        "bitsandbytes versions have for CUDA only; both fail deep inside training.",
     what="tf32=True/False drives the NPU's HF32 matmul and conv switches (torch.npu.matmul/conv.allow_hf32, "
          "reported) and is hidden from transformers' CUDA check (args.tf32 keeps the user's value); "
-         "use_liger_kernel=True and optim=*bnb*/*8bit*/paged_* raise UnsupportedOnNPUError naming the option.",
+         "use_liger_kernel=True, and optim=*bnb*/*8bit*/paged_* where the installed bitsandbytes has no NPU "
+         "kernels (absent, or older than its portable kernels), raise UnsupportedOnNPUError naming the option.",
     remove_when="https://github.com/huggingface/transformers/blob/main/src/transformers/training_args.py: "
                 "tf32 is CUDA-only there (no HF32 on the NPU), and liger and bitsandbytes options are not checked")
 def training_args_post_init(ctx: PatchContext) -> Callable[..., Any]:
@@ -62,22 +66,25 @@ def get_optimizer_cls_and_kwargs(ctx: PatchContext) -> staticmethod:
 @hf_transformers.patch(
     "transformers.utils.quantization_config:BitsAndBytesConfig.__init__", fidelity="unsupported",
     covers=("bitsandbytes",),
-    why="QLoRA / 4-bit and 8-bit loading go through bitsandbytes' CUDA kernels; on an NPU they fail at load "
-        "or first forward with an unrelated error.",
+    why="QLoRA / 4-bit and 8-bit loading go through bitsandbytes' kernels; a bitsandbytes without kernels "
+        "for the NPU (absent, or older than its portable kernels) fails at load or first forward with an "
+        "unrelated error.",
     what="BitsAndBytesConfig(load_in_4bit=True or load_in_8bit=True) raises UnsupportedOnNPUError naming the "
-         "option; a config with both off is left alone.",
-    remove_when="https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1695: bitsandbytes' Ascend "
-                "NPU backend is not merged; its 4-bit and 8-bit kernels are CUDA's")
+         "option and the bitsandbytes version to install where the installed one has no NPU kernels; with "
+         "bitsandbytes >= " + NPU_PATH_SINCE + " (its portable kernels run on the NPU: see the bitsandbytes "
+         "set) and for a config with both off it is left alone.",
+    remove_when="bitsandbytes>=" + NPU_PATH_SINCE + ": from this version its portable kernels run on the NPU "
+                "(older versions have 4-bit kernels for CPU and CUDA only)")
 def bnb_config(ctx: PatchContext) -> Callable[..., Any]:
     orig, report, pid = ctx.original, ctx.report, ctx.patch.id
 
     @functools.wraps(orig)
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
-        if on_npu() and (getattr(self, "load_in_4bit", False) or getattr(self, "load_in_8bit", False)):
+        quantized = getattr(self, "load_in_4bit", False) or getattr(self, "load_in_8bit", False)
+        if quantized and on_npu() and not bnb_npu_path():
             bits = "load_in_4bit" if getattr(self, "load_in_4bit", False) else "load_in_8bit"
-            raise unsupported(report, pid, f"BitsAndBytesConfig({bits}=True) (bitsandbytes / QLoRA)",
-                              "Load the model in bf16 (torch_dtype=torch.bfloat16) and train plain LoRA.")
+            raise unsupported(report, pid, f"BitsAndBytesConfig({bits}=True) (bitsandbytes / QLoRA)", bnb_advice())
 
     return __init__
 

@@ -1,5 +1,6 @@
-"""transformers on the NPU: TrainingArguments' tf32 as the NPU's HF32 switches, CUDA/Triton-only options (Liger,
-bitsandbytes optimizers) stopped with a clear error, and optim='adamw_torch_fused' as the NPU's fused AdamW."""
+"""transformers on the NPU: TrainingArguments' tf32 as the NPU's HF32 switches, CUDA/Triton-only options (Liger;
+bitsandbytes optimizers where bitsandbytes has no NPU kernels) stopped with a clear error, and
+optim="adamw_torch_fused" as the NPU's fused AdamW."""
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,25 @@ from ascend_shim.providers.npu_checks import on_npu, unsupported
 if TYPE_CHECKING:
     from ascend_shim.context import PatchContext
 
-#: optim names that need bitsandbytes (CUDA-only kernels)
+#: optim names that need bitsandbytes
 _BNB_HINTS = ("bnb", "8bit", "paged_", "4bit")
+
+
+def bnb_npu_path() -> bool:
+    """Does the installed bitsandbytes have kernels that run on the NPU (its portable ones)?"""
+    from ascend_shim.providers.bitsandbytes import has_npu_path
+
+    return has_npu_path()
+
+
+def bnb_advice() -> str:
+    """What to do where bitsandbytes has no NPU path: which version there is, which one runs."""
+    from ascend_shim.providers.bitsandbytes import NPU_PATH_SINCE, installed_version
+
+    have = installed_version()
+    have = f"bitsandbytes {have} has" if have else "bitsandbytes is not installed and has"
+    return (f"{have} no kernels for the NPU; install bitsandbytes>={NPU_PATH_SINCE} (its portable kernels run on "
+            "the NPU), or use optim='adamw_torch' / a bf16 model with plain LoRA.")
 
 
 def training_args_post_init(ctx: PatchContext) -> Callable:
@@ -31,10 +49,8 @@ def training_args_post_init(ctx: PatchContext) -> Callable:
                               "model's own PyTorch modules run on the NPU; ASCEND_SHIM_ENABLE=fast_ops swaps in "
                               "NPU fused RMSNorm/rotary/SwiGLU).")
         optim = str(getattr(getattr(self, "optim", ""), "value", getattr(self, "optim", "")))
-        if any(h in optim for h in _BNB_HINTS):
-            raise unsupported(report, pid, f"TrainingArguments(optim={optim!r}) (bitsandbytes)",
-                              "bitsandbytes optimizers are CUDA kernels; use optim='adamw_torch' or "
-                              "'adamw_torch_npu_fused'.")
+        if any(h in optim for h in _BNB_HINTS) and not bnb_npu_path():
+            raise unsupported(report, pid, f"TrainingArguments(optim={optim!r}) (bitsandbytes)", bnb_advice())
         tf32 = self.tf32
         if tf32 is None:
             return orig(self, *args, **kwargs)

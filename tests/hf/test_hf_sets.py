@@ -75,7 +75,10 @@ def test_without_the_shim_transformers_refuses_tf32_here(tmp_path):
     ({"optim": "adamw_bnb_8bit"}, "adamw_bnb_8bit"),
     ({"optim": "paged_adamw_32bit"}, "paged_adamw_32bit"),
 ])
-def test_cuda_only_training_options_raise_naming_the_option(clean_shim, tmp_path, kwargs, option):
+def test_cuda_only_training_options_raise_naming_the_option(clean_shim, monkeypatch, tmp_path, kwargs, option):
+    from ascend_shim.providers import bitsandbytes
+
+    monkeypatch.setattr(bitsandbytes, "installed_version", lambda: None)  # bitsandbytes options: without its kernels
     clean_shim.activate("sim")
     from transformers import TrainingArguments
 
@@ -84,7 +87,10 @@ def test_cuda_only_training_options_raise_naming_the_option(clean_shim, tmp_path
     assert "hf_transformers" in info.value.patch_id
 
 
-def test_qlora_bitsandbytes_config_raises_naming_the_option(clean_shim):
+def test_qlora_bitsandbytes_config_raises_naming_the_option(clean_shim, monkeypatch):
+    from ascend_shim.providers import bitsandbytes
+
+    monkeypatch.setattr(bitsandbytes, "installed_version", lambda: "0.46.0")  # 4-bit kernels for CPU/CUDA only
     clean_shim.activate("sim")
     from transformers import BitsAndBytesConfig
 

@@ -179,3 +179,15 @@ def _flash_attn_varlen_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Te
                                     causal=causal, window_size=(window_size_left, window_size_right),
                                     softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                                     rng_state=rng_state)
+
+
+# ------------------------------------------------------------------ what flash-attn 2.6+ exports for libraries
+
+#: upstream (torch >= 2.4) binds these to its torch.library custom ops ``torch.ops.flash_attn.*``, which take the
+#: private functions' arguments; upstream's fallback for older torch binds the functions themselves, as here
+_wrapped_flash_attn_forward = _flash_attn_forward
+_wrapped_flash_attn_varlen_forward = _flash_attn_varlen_forward
+_wrapped_flash_attn_backward = _flash_attn_backward
+_wrapped_flash_attn_varlen_backward = _flash_attn_varlen_backward
+
+from . import flash_attn_gpu  # noqa: E402, F401  (the compiled module's API; it imports this module)
