@@ -38,7 +38,7 @@ cuda = PatchSet(
 ALIASES = ("current_device", "device", "device_of", "empty_cache", "init", "initial_seed", "ipc_collect",
            "memory_snapshot",
            "is_initialized", "is_bf16_supported", "manual_seed", "manual_seed_all", "seed", "seed_all",
-           "get_rng_state_all", "set_rng_state_all", "set_stream", "stream", "StreamContext", "Event",
+           "get_rng_state_all", "set_rng_state_all", "set_stream", "stream", "StreamContext",
            "ExternalStream", "MemPool", "use_mem_pool", "get_allocator_backend", "caching_allocator_alloc",
            "caching_allocator_delete", "get_per_process_memory_fraction", "is_current_stream_capturing", "graph",
            "graph_pool_handle", "make_graphed_callables", "host_memory_stats", "host_memory_stats_as_nested_dict",
@@ -55,11 +55,11 @@ DEVICE_ARG = {name: "device" for name in (
     "default_stream", "set_per_process_memory_fraction", "Stream", "utilization", "can_device_access_peer")}
 # CUDA-only facilities: using them raises a clear error
 UNSUPPORTED = {
-    "jiterator": "CUDA jiterator (runtime-compiled CUDA kernels)", "nccl": "torch.cuda.nccl (direct NCCL calls)",
-    "cudart": "the CUDA runtime API", "tunable": "TunableOp (CUDA GEMM tuning)", "gds": "GPUDirect Storage",
+    "jiterator": "CUDA jiterator (runtime-compiled CUDA kernels)", "cudart": "the CUDA runtime API",
+    "tunable": "TunableOp (CUDA GEMM tuning)", "gds": "GPUDirect Storage",
     "temperature": "NVML temperature", "power_draw": "NVML power draw", "clock_rate": "NVML clock rate",
     "memory_usage": "NVML memory usage", "device_memory_used": "NVML device memory used",
-    "list_gpu_processes": "NVML process list", "CUDAPluggableAllocator": "a CUDA pluggable allocator",
+    "CUDAPluggableAllocator": "a CUDA pluggable allocator",
     "GreenContext": "CUDA green contexts", "green_contexts": "CUDA green contexts",
     "check_error": "CUDA error codes", "cudaStatus": "CUDA status codes",
     "current_blas_handle": "the cuBLAS handle", "current_solver_handle": "the cuSOLVER handle",
@@ -78,6 +78,7 @@ NEUTRAL = {"get_arch_list": [], "get_gencode_flags": "", "has_half": True, "has_
 # set's torch range.
 # (the contract tests check this against the real releases.)
 NPU_NAMES = {**{name: "skip" for name in (*ALIASES, *DEVICE_ARG, "NPUGraph", "default_generators")},
+             "Event": "required",
              "mstx": "fallback", "is_available": "required", "device_count": "required",
              "get_device_properties": "required"}
 
@@ -165,9 +166,13 @@ def get_device_capability(ctx: PatchContext) -> Callable[..., Any]:
 
 
 @cuda.patch("torch.cuda:get_device_properties", kind="wrap", covers=("torch.cuda.get_device_properties",),
-            why="CUDA code reads .major/.minor/.multi_processor_count, which NPU properties lack.",
-            what="the NPU's properties plus major/minor (the configured capability) and multi_processor_count "
-                 "(the AI-core count); a CUDA device argument is translated.",
+            why="CUDA code reads .major/.minor/.multi_processor_count, and sizes launch grids and occupancy "
+                "heuristics with .warp_size/.regs_per_multiprocessor/.max_threads_per_multi_processor: NPU "
+                "properties lack the first and answer None for the others (the NPU has no warps or register file).",
+            what="the NPU's properties (name, total_memory, uuid ...) plus major/minor (the configured capability), "
+                 "multi_processor_count (the AI-core count) and the warp size, registers and resident threads per "
+                 "multiprocessor CUDA documents for the configured capability (32, 65536, 2048 at 8.0): they "
+                 "size grids only, no result depends on them. A CUDA device argument is translated.",
             remove_when=REMOVE)
 def get_device_properties(ctx: PatchContext) -> Callable[..., Any]:
     from ascend_shim.providers.torch_cuda import device_properties
@@ -214,6 +219,69 @@ def nvtx(ctx: PatchContext) -> ModuleType:
     from ascend_shim.providers.torch_cuda import nvtx_module
 
     return nvtx_module(ctx)
+
+
+@cuda.patch("torch.cuda:nccl", kind="replace", fidelity="neutral", covers=("torch.cuda.nccl",),
+            why="code checks torch.cuda.nccl.version() after dist.is_nccl_available() (torchtune enables bf16 "
+                "where it is >= (2, 10)); on the NPU HCCL plays NCCL's role, and there are no direct NCCL calls.",
+            what="version() answers (2, 20, 5), the NCCL of torch 2.4's CUDA wheels (the oldest torch supported), "
+                 "standing for HCCL: gates written for the supported torch range pass, nothing newer is claimed "
+                 "(reported); is_available(tensors) is False; the direct calls (all_reduce, broadcast ...) raise "
+                 "UnsupportedOnNPUError naming them.",
+            remove_when=REMOVE)
+def nccl(ctx: PatchContext) -> ModuleType:
+    from ascend_shim.providers.torch_cuda import nccl_module
+
+    return nccl_module(ctx.report, ctx.patch.id)
+
+
+@cuda.patch("torch.cuda:list_gpu_processes", kind="replace", fidelity="neutral",
+            covers=("torch.cuda.list_gpu_processes",),
+            why="code prints torch.cuda.list_gpu_processes() when it runs out of memory; it reads NVML, which an NPU "
+                "machine lacks.",
+            what="answers the device's 'GPU:<index>' line and a line saying the process list is not available on "
+                 "the NPU (npu-smi info shows it), as torch answers a line when pynvml is missing (reported).",
+            remove_when=REMOVE)
+def list_gpu_processes(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.torch_cuda import list_gpu_processes
+
+    return list_gpu_processes(ctx)
+
+
+@cuda.patch("torch.cuda:Event", kind="replace", covers=("torch.cuda.Event",),
+            why="torch.cuda.Event times CUDA streams; CUDA raises ValueError for elapsed_time on an event that was "
+                "not recorded or made without enable_timing, and code catches that, where torch_npu raises "
+                "RuntimeError.",
+            what="torch.cuda.Event is torch.npu.Event whose elapsed_time raises ValueError (same message) in those "
+                 "two cases; every NPU event passes isinstance(e, torch.cuda.Event). torch.npu.Event is unchanged.",
+            remove_when="never: torch_npu's NPUEvent::elapsed_time raises RuntimeError (TORCH_CHECK)")
+def event(ctx: PatchContext) -> type:
+    from ascend_shim.providers.torch_cuda import cuda_event
+
+    return cuda_event(ctx)
+
+
+@cuda.patch("torch.cuda:Stream.cuda_stream", kind="call", covers=("torch.cuda.Stream.cuda_stream",),
+            why="code hands torch.cuda.current_stream().cuda_stream (the raw stream handle) to its own kernels and "
+                "libraries; NPU streams call it npu_stream.",
+            what="NPU streams have cuda_stream, the same handle as npu_stream.", remove_when=REMOVE)
+def cuda_stream(ctx: PatchContext) -> None:
+    from ascend_shim.providers.torch_cuda import cuda_stream
+
+    return cuda_stream(ctx)
+
+
+@cuda.patch("torch:set_default_tensor_type", kind="wrap", covers=("torch.set_default_tensor_type",),
+            why="torch.set_default_tensor_type(torch.cuda.HalfTensor) (Meta's llama) makes new tensors CUDA half "
+                "ones; torch accepts no NPU tensor type there, so it was refused.",
+            what="a CUDA tensor type (class or 'torch.cuda.HalfTensor') sets its dtype as the default dtype (torch's "
+                 "check: floating-point types only) and the NPU as the default device (reported); a CPU type "
+                 "afterwards clears that default device. Other types pass through.",
+            remove_when=REMOVE)
+def set_default_tensor_type(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.torch_cuda import set_default_tensor_type
+
+    return set_default_tensor_type(ctx)
 
 
 def unsupported(ctx: PatchContext, name: str, feature: str) -> ModuleType:

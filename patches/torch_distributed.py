@@ -92,6 +92,30 @@ def get_backend(ctx: PatchContext) -> Callable[..., Any]:
     return get_backend
 
 
+@dist.patch("torch.distributed:get_default_backend_for_device", kind="wrap",
+            covers=("torch.distributed.get_default_backend_for_device",),
+            why="user code asks get_default_backend_for_device('cuda') and compares it with 'nccl' (get_backend() "
+                "already answers it 'nccl').",
+            what="caller-aware, like get_backend: user code sees 'nccl' where the answer is hccl (reported); torch "
+                 "and native libraries see 'hccl'.",
+            remove_when=REMOVE)
+def get_default_backend_for_device(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.callers import caller_is_native
+
+    real, report = ctx.original, ctx.report
+
+    @functools.wraps(real)
+    def get_default_backend_for_device(device):
+        backend = real(device)
+        if backend == "hccl" and not caller_is_native(2):
+            report.translated("torch.distributed.get_default_backend_for_device",
+                              "'hccl' answered as 'nccl' to user code")
+            return "nccl"
+        return backend
+
+    return get_default_backend_for_device
+
+
 @dist.patch("torch.distributed.device_mesh:init_device_mesh",
             why="init_device_mesh('cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
             remove_when=REMOVE)
@@ -191,5 +215,27 @@ for _cuda_var, _npu_var in ENV.items():
                            + "); a value the user set wins.",
                       remove_when=REMOVE, id=f"environment.{_cuda_var}")(
         functools.partial(npu_variable, cuda_var=_cuda_var, npu_var=_npu_var))
+
+#: read by the NPU runtime until the program first uses a device: a later assignment by the program is followed
+FOLLOWED = ("CUDA_VISIBLE_DEVICES",)
+
+
+def follow_variable(ctx: PatchContext, cuda_var: str, npu_var: str) -> Callable[[], None]:
+    from ascend_shim.providers.environment import follow_cuda_variable
+
+    return follow_cuda_variable(ctx, cuda_var, npu_var)
+
+
+for _cuda_var in FOLLOWED:
+    environment.patch("os:environ", kind="call", covers=(f"env:{_cuda_var}",),
+                      id=f"environment.{_cuda_var}_set_by_program",
+                      why=f"scripts set {_cuda_var} in their first lines (os.environ[...] = '1'), after activation "
+                          f"and before their first device use: CUDA honours it until then, the NPU runtime reads "
+                          f"{ENV[_cuda_var]} until then.",
+                      what=f"each assignment (or deletion) of os.environ[{_cuda_var!r}] also sets (or unsets) "
+                           f"{ENV[_cuda_var]}, unless the user set that one (reported); it takes effect where the "
+                           "device is not yet in use, as on CUDA. Other environment writes pass through.",
+                      remove_when=REMOVE)(
+        functools.partial(follow_variable, cuda_var=_cuda_var, npu_var=ENV[_cuda_var]))
 
 PATCH_SETS = [dist, environment]

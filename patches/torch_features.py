@@ -141,6 +141,55 @@ def cuda_is_built(ctx: PatchContext) -> Callable[..., Any]:
     return is_built
 
 
+#: what torch.backends.cudnn.version() answers to CUDA code: the cuDNN of torch 2.4's CUDA 12 wheels (9.1.0), the
+#: oldest torch this shim supports, so version gates written for the supported torch range pass and nothing newer
+#: is claimed
+CUDNN_VERSION = 90100
+
+
+@features.patch("torch.backends.cudnn:m.is_available", kind="wrap", covers=("torch.backends.cudnn.is_available",),
+                why="code turns on cudnn.benchmark/deterministic or picks its convolution path only if cuDNN is "
+                    "available; on the NPU the convolution and normalization kernels are the NPU's own, and the "
+                    "cuDNN switches are followed there (torch_features.cudnn_flags).",
+                what="caller-aware, like torch.cuda.is_available: code that is told CUDA is available is told cuDNN "
+                     "is too (True); torch and NPU-native libraries get the real answer.",
+                remove_when=REMOVE)
+def cudnn_is_available(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.callers import caller_is_native
+
+    real = ctx.original
+
+    @functools.wraps(real)
+    def is_available():
+        return real() if caller_is_native(2) else True
+
+    return is_available
+
+
+@features.patch("torch.backends.cudnn:m.version", kind="wrap", fidelity="neutral",
+                covers=("torch.backends.cudnn.version",),
+                why="code that found cuDNN available compares cudnn.version() with a release (None fails that "
+                    "comparison); no cuDNN runs on the NPU.",
+                what=f"caller-aware: CUDA code gets {CUDNN_VERSION} (cuDNN 9.1.0, that of torch 2.4's CUDA wheels, "
+                     "the oldest torch supported), meaning the NPU's own kernels stand in: gates written for the "
+                     "supported torch range pass, nothing newer is claimed (reported); torch and NPU-native "
+                     "libraries get the real answer.",
+                remove_when=REMOVE)
+def cudnn_version(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.callers import caller_is_native
+
+    real, report = ctx.original, ctx.report
+
+    @functools.wraps(real)
+    def version():
+        if caller_is_native(2):
+            return real()
+        report.fallback("torch.backends.cudnn.version", f"{CUDNN_VERSION}: the NPU's own kernels stand in")
+        return CUDNN_VERSION
+
+    return version
+
+
 @features.patch("torch.backends.cudnn:allow_tf32", kind="call", covers=("torch.backends.cudnn",),
                 why="cuDNN's TF32 switches decide whether CUDA convolutions run in reduced precision; the NPU's "
                     "switch is torch.npu.conv.allow_hf32 (on by default, like cuDNN's). cudnn.benchmark and "

@@ -3,9 +3,11 @@ whose CUDA value a parent's shim already translated keeps the translation unless
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ascend_shim.context import PatchContext
 
 
@@ -25,3 +27,67 @@ def npu_variable_from_cuda(ctx: PatchContext, cuda_var: str, npu_var: str) -> No
     ctx.on_undo(lambda: os.environ.__setitem__(marker, old_marker) if old_marker is not None
                 else os.environ.pop(marker, None))
     return None
+
+
+#: the CUDA variables followed while the program runs -> (their NPU counterpart, the report to record in)
+_followed: dict[str, tuple[str, Any]] = {}
+#: the NPU variables and markers as they were before the first write the shim followed (put back on undo)
+_before_following: dict[str, str | None] = {}
+
+
+class FollowingEnviron(type(os.environ)):  # type: ignore[misc]
+    """``os.environ`` whose writes of a followed CUDA variable also set its NPU counterpart, unless the user set
+    that one: a script that narrows CUDA_VISIBLE_DEVICES in its first lines, before its first device use, gets
+    the devices it asked for (the NPU runtime reads ASCEND_RT_VISIBLE_DEVICES until then). Other writes cost one
+    dictionary lookup."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        if key in _followed:
+            _follow(key, value)
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        if key in _followed:
+            _follow(key, None)
+
+
+def _follow(cuda_var: str, value: str | None) -> None:
+    npu_var, report = _followed[cuda_var]
+    marker = f"ASCEND_SHIM_DERIVED_{cuda_var}"
+    current = os.environ.get(npu_var)
+    if current is not None and current != os.environ.get(marker):
+        return  # the user set the NPU variable: it wins
+    for name in (npu_var, marker):
+        _before_following.setdefault(name, os.environ.get(name))
+    if value is None:
+        os.environ.pop(npu_var, None)
+        os.environ.pop(marker, None)
+        report.env(npu_var, f"unset with {cuda_var} by the program")
+    else:
+        os.environ[npu_var] = os.environ[marker] = value
+        report.env(npu_var, f"set from {cuda_var}={value!r} by the program")
+
+
+def follow_cuda_variable(ctx: PatchContext, cuda_var: str, npu_var: str) -> Callable[[], None]:
+    """From now on, the program's own writes of ``cuda_var`` reach ``npu_var`` (see :class:`FollowingEnviron`)."""
+    environ = os.environ
+    if type(environ) is not FollowingEnviron:
+        environ.__class__ = FollowingEnviron
+    _followed[cuda_var] = (npu_var, ctx.report)
+
+    def undo() -> None:
+        _followed.pop(cuda_var, None)
+        marker = f"ASCEND_SHIM_DERIVED_{cuda_var}"
+        derived = npu_var in _before_following and environ.get(npu_var) == environ.get(marker)
+        for name in (npu_var, marker):
+            old = _before_following.pop(name, None)
+            if derived:  # the user did not set it since: put back what was there before the shim followed
+                if old is None:
+                    environ.pop(name, None)
+                else:
+                    environ[name] = old
+        if not _followed and type(environ) is FollowingEnviron:
+            environ.__class__ = FollowingEnviron.__mro__[1]
+
+    return undo

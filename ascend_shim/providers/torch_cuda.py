@@ -150,8 +150,18 @@ def capability(ctx: PatchContext) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+#: resident threads per multiprocessor where CUDA's table differs from 2048 (CUDA C++ Programming Guide, "Technical
+#: Specifications per Compute Capability"); warps are 32 threads and multiprocessors hold 64K 32-bit registers at
+#: every capability the shim can be configured to
+MAX_THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 9): 1536, (12, 0): 1536, (12, 1): 1536}
+
+
 class CudaStyleProperties:
-    """NPU device properties with the fields CUDA code reads (major, minor, multi_processor_count ...)."""
+    """NPU device properties with the fields CUDA code reads (major, minor, multi_processor_count ...).
+
+    The NPU has no warps, register file or resident-thread limit (torch_npu answers None); CUDA code reads them
+    only to size launch grids and occupancy heuristics, where None stops it with a TypeError: they answer the
+    limits of the configured capability, so that sizing behaves as on such a GPU. No result depends on them."""
 
     def __init__(self, npu_props: Any, capability: tuple[int, int]):
         self._npu = npu_props
@@ -163,6 +173,9 @@ class CudaStyleProperties:
                                          getattr(npu_props, "multi_processor_count", 0) or 0)
         self.is_integrated = False
         self.is_multi_gpu_board = False
+        self.warp_size = 32
+        self.regs_per_multiprocessor = 65536
+        self.max_threads_per_multi_processor = MAX_THREADS_PER_SM.get(capability, 2048)
 
     def __getattr__(self, name):
         return getattr(self._npu, name)
@@ -170,7 +183,7 @@ class CudaStyleProperties:
     def __repr__(self):
         return (f"_CudaStyleNPUProperties(name={self.name!r}, major={self.major}, minor={self.minor}, "
                 f"total_memory={self.total_memory // (1024 * 1024)}MB, "
-                f"multi_processor_count={self.multi_processor_count})")
+                f"multi_processor_count={self.multi_processor_count}, uuid={getattr(self._npu, 'uuid', None)})")
 
 
 def device_properties(ctx: PatchContext) -> Callable:
@@ -234,27 +247,74 @@ def nvtx_module(ctx: PatchContext) -> types.ModuleType:
     return shim
 
 
-@functools.cache  # one per name for the process: a class made per activation would leak
+class _UnsupportedModule(types.ModuleType):
+    """A CUDA-only namespace: any name read from it, or calling it, raises UnsupportedOnNPUError (reported)."""
+
+    def __init__(self, name: str, feature: str, report: Report, patch_id: str):
+        super().__init__(f"torch.cuda.{name}", f"unsupported on Ascend NPU: {feature}")
+        self._shim_unsupported = (name, feature, report, patch_id)
+
+    def _fail(self, api: str):
+        from ascend_shim.errors import UnsupportedOnNPUError
+
+        _, feature, report, patch_id = self._shim_unsupported
+        report.unsupported(api, feature)
+        raise UnsupportedOnNPUError(f"{api} ({feature})", patch_id,
+                                    "Remove this call or guard it; ascend_shim cannot emulate it on Ascend.")
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") or attr == "_shim_unsupported":
+            raise AttributeError(attr)
+        return self._fail(f"torch.cuda.{self._shim_unsupported[0]}.{attr}")
+
+    def __call__(self, *args, **kwargs):
+        return self._fail(f"torch.cuda.{self._shim_unsupported[0]}")
+
+
+@functools.cache  # one per name for the process: a module made per activation would leak
 def unsupported_object(name: str, feature: str, report: Report, patch_id: str) -> types.ModuleType:
-    from ascend_shim.errors import UnsupportedOnNPUError
+    return _UnsupportedModule(name, feature, report, patch_id)
 
-    advice = "Remove this call or guard it; ascend_shim cannot emulate it on Ascend."
 
-    def fail(*args, **kwargs):
-        report.unsupported(f"torch.cuda.{name}", feature)
-        raise UnsupportedOnNPUError(f"torch.cuda.{name} ({feature})", patch_id, advice)
+#: the NCCL release torch.cuda.nccl.version() answers: the one torch 2.4's CUDA 12 wheels (the oldest torch this
+#: shim supports) ship, so version gates written for the supported torch range pass and nothing newer is claimed
+NCCL_VERSION = (2, 20, 5)
 
-    class _Unsupported(types.ModuleType):
-        def __getattr__(self, attr):
-            if attr.startswith("__"):
-                raise AttributeError(attr)
-            report.unsupported(f"torch.cuda.{name}.{attr}", feature)
-            raise UnsupportedOnNPUError(f"torch.cuda.{name}.{attr} ({feature})", patch_id, advice)
 
-        def __call__(self, *args, **kwargs):
-            return fail()
+@functools.cache  # one per process, like unsupported_object
+def nccl_module(report: Report, patch_id: str) -> types.ModuleType:
+    """torch.cuda.nccl: version() answers for HCCL, is_available() is False (no direct NCCL calls on the NPU), any
+    other name raises UnsupportedOnNPUError."""
+    module: Any = _UnsupportedModule("nccl", "torch.cuda.nccl (direct NCCL calls)", report, patch_id)
 
-    return _Unsupported(f"torch.cuda.{name}", f"unsupported on Ascend NPU: {feature}")
+    def version() -> tuple[int, int, int]:
+        report.fallback("torch.cuda.nccl.version", f"HCCL answers as NCCL {'.'.join(map(str, NCCL_VERSION))}")
+        return NCCL_VERSION
+
+    def is_available(tensors) -> bool:
+        report.fallback("torch.cuda.nccl.is_available", "False: direct NCCL calls have no NPU path")
+        return False
+
+    module.version, module.is_available = version, is_available
+    return module
+
+
+def list_gpu_processes(ctx: PatchContext) -> Callable[..., str]:
+    """torch.cuda.list_gpu_processes: the device's header line, then why the process list cannot be read here
+    (torch itself answers such a line when pynvml is missing)."""
+    import torch
+
+    from ascend_shim.devices import translate
+
+    report = ctx.report
+
+    def list_gpu_processes(device=None) -> str:
+        index = None if device is None else torch.device(translate(device, ints=True)).index
+        report.fallback("torch.cuda.list_gpu_processes", "no process list on the NPU: npu-smi info shows it")
+        return (f"GPU:{torch.npu.current_device() if index is None else index}\n"
+                "the process list is not available on Ascend NPU (run `npu-smi info`)")
+
+    return list_gpu_processes
 
 
 @functools.cache  # one class per name for the process: a class made per activation would leak
@@ -315,3 +375,80 @@ def tensor_type(ctx: PatchContext) -> Callable:
         return original(self, dtype, non_blocking, **kwargs)
 
     return type
+
+
+#: the start of torch_npu's messages for the cases CUDA raises ValueError for
+EVENT_TIMING_MESSAGES = ("Both events must be recorded", "Both events must be created with argument 'enable_timing")
+
+
+@functools.cache  # one class per NPU event class for the process: a class made per activation would leak
+def cuda_event_class(npu_event: Any) -> type:
+    """torch.cuda.Event: ``npu_event`` whose elapsed_time raises ValueError where CUDA does (torch_npu raises
+    RuntimeError); every NPU event passes isinstance checks against it (``stream.record_event()``'s too)."""
+
+    class _CudaEventMeta(type(npu_event)):  # type: ignore[misc]
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, npu_event)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, npu_event)
+
+    def elapsed_time(self, end_event):
+        try:
+            return npu_event.elapsed_time(self, end_event)
+        except RuntimeError as exc:
+            if not str(exc).startswith(EVENT_TIMING_MESSAGES):
+                raise
+            raise ValueError(str(exc)) from None
+
+    elapsed_time.__doc__ = npu_event.elapsed_time.__doc__
+    return _CudaEventMeta(npu_event.__name__, (npu_event,), {
+        "elapsed_time": elapsed_time, "__module__": npu_event.__module__, "__qualname__": npu_event.__qualname__,
+        "__doc__": npu_event.__doc__})
+
+
+def cuda_event(ctx: PatchContext) -> type:
+    """torch.cuda.Event on the NPU (see :func:`cuda_event_class`)."""
+    import torch
+
+    return cuda_event_class(torch.npu.Event)
+
+
+def cuda_stream(ctx: PatchContext) -> None:
+    """NPU streams (torch.cuda.Stream's and current_stream()'s alike) get cuda_stream: the raw handle npu_stream
+    gives."""
+    import torch
+
+    def cuda_stream(self) -> int:
+        return self.npu_stream
+
+    ctx.replace(torch.npu.Stream, "cuda_stream",
+                property(cuda_stream, doc="the raw NPU stream handle (torch_npu's npu_stream)"), allow_missing=True)
+
+
+def set_default_tensor_type(ctx: PatchContext) -> Callable[..., None]:
+    """torch.set_default_tensor_type taking CUDA tensor types: their dtype becomes the default dtype and the NPU
+    the default device (torch has no NPU tensor type it accepts here); a CPU type afterwards ends that."""
+    import torch
+
+    original, report = ctx.original, ctx.report
+    on_npu = [False]
+
+    @functools.wraps(original)
+    def set_default_tensor_type(t):
+        name = _npu_type_name(t)
+        if name is None:
+            original(t)
+            if on_npu[0]:
+                torch.set_default_device(None)
+                on_npu[0] = False
+            return
+        cpu_type = getattr(torch, name.rpartition(".")[2])
+        original(cpu_type)  # torch's own checks and message: only floating-point types
+        torch.set_default_device("npu")
+        on_npu[0] = True
+        report.translated("torch.set_default_tensor_type",
+                          f"{name.replace('npu', 'cuda')} -> default dtype {torch.get_default_dtype()}, "
+                          "default device npu")
+
+    return set_default_tensor_type

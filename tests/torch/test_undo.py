@@ -87,3 +87,34 @@ def test_caller_aware_availability(clean_shim):
     finally:
         unregister_native("nativelib_demo")
     assert lib.ask()[0] is True
+
+
+def test_cudnn_answers_are_caller_aware(clean_shim):
+    ascend_shim.activate(backend="sim", inherit=False)
+    from ascend_shim.callers import native_scope
+
+    assert torch.backends.cudnn.is_available() is True and torch.backends.cudnn.version() >= 90000
+    with native_scope():  # torch and NPU-native libraries: the truth of this CPU build
+        assert torch.backends.cudnn.is_available() is False and torch.backends.cudnn.version() is None
+
+
+def test_visible_devices_the_program_sets_are_followed_until_deactivation(clean_shim, monkeypatch):
+    import os
+
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_SHIM_DERIVED_CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    ascend_shim.activate(backend="sim", inherit=False)
+    os.environ["CUDA_VISIBLE_DEVICES"] = "3"
+    assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "3"
+    del os.environ["CUDA_VISIBLE_DEVICES"]
+    assert "ASCEND_RT_VISIBLE_DEVICES" not in os.environ
+    os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "5"  # the user's own choice wins
+    os.environ["CUDA_VISIBLE_DEVICES"] = "4"
+    assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "5"
+    del os.environ["ASCEND_RT_VISIBLE_DEVICES"]
+    os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+    assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "1"
+    ascend_shim.deactivate()
+    assert type(os.environ) is os._Environ and "ASCEND_RT_VISIBLE_DEVICES" not in os.environ
+    os.environ["CUDA_VISIBLE_DEVICES"] = "2"  # no longer followed
+    assert "ASCEND_RT_VISIBLE_DEVICES" not in os.environ

@@ -1,4 +1,6 @@
 """Streams, events, memory statistics, properties, capability, RNG: the torch.cuda runtime surface."""
+import uuid
+
 import torch
 
 from ascend_shim.errors import UnsupportedOnNPUError
@@ -7,6 +9,9 @@ major, minor = torch.cuda.get_device_capability()
 assert (major, minor) >= (8, 0)
 props = torch.cuda.get_device_properties(0)
 assert props.major == major and props.total_memory > 0 and "Ascend" in props.name, props
+# launch-geometry fields CUDA code sizes grids with (capability 8.0's limits), and the device's identity
+assert (props.warp_size, props.regs_per_multiprocessor, props.max_threads_per_multi_processor) == (32, 65536, 2048)
+assert uuid.UUID(str(props.uuid)) != uuid.UUID(str(torch.cuda.get_device_properties(1).uuid))
 assert torch.cuda.is_bf16_supported()
 assert "Ascend" in torch.cuda.get_device_name(0)
 
@@ -32,6 +37,13 @@ with torch.cuda.stream(s):
 end.synchronize()
 assert start.elapsed_time(end) >= 0
 torch.cuda.current_stream().wait_stream(s)
+assert isinstance(s.cuda_stream, int) and s.cuda_stream != torch.cuda.current_stream().cuda_stream
+try:
+    torch.cuda.Event(enable_timing=True).elapsed_time(torch.cuda.Event(enable_timing=True))
+except ValueError as exc:  # what CUDA raises for events never recorded
+    assert "recorded" in str(exc), exc
+else:
+    raise AssertionError("elapsed_time of unrecorded events must fail")
 assert z.device.type == "npu"
 
 torch.cuda.manual_seed(123)
@@ -46,6 +58,11 @@ state = torch.cuda.get_rng_state()
 r3 = torch.randn(4, device="cuda")
 torch.cuda.set_rng_state(state)
 assert torch.equal(r3.cpu(), torch.randn(4, device="cuda").cpu())
+
+assert torch.cuda.ipc_collect() is None
+assert torch.cuda.get_allocator_backend() == "native" and torch.cuda.get_sync_debug_mode() == 0
+assert torch.cuda.list_gpu_processes().startswith("GPU:0\n")
+assert torch.cuda.list_gpu_processes("cuda:1").startswith("GPU:1\n")
 
 with torch.cuda.nvtx.range("step"):
     torch.cuda.nvtx.range_push("inner")
