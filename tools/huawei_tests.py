@@ -33,16 +33,24 @@ FILES = ["npu/test_device", "npu/test_generators", "npu/test_utilities", "npu/te
 REPO = Path(__file__).resolve().parents[1]
 #: Huawei's test support, lent to the builtin layer: (package of the builtin facade, module or folder in it)
 TEST_SUPPORT = [("torch_npu", "testing"), ("torch_npu.utils", "_path_manager.py")]
-_PLUGIN = """\
+#: pytest's entry point with the test support lent first; a process started with the ``spawn`` method runs it
+#: again as ``__mp_main__`` (the ``__main__`` block aside), so the ranks of a multiprocess test have it too
+_RUNNER = """\
 import importlib
+import sys
 
 for package, folder in {lent!r}:
     importlib.import_module(package).__path__.append(folder)
+
+if __name__ == "__main__":
+    import pytest
+
+    sys.exit(pytest.main(sys.argv[1:]))
 """
 
 
 def lend_test_support(into: Path) -> Path:
-    """A pytest plugin in ``into`` that makes Huawei's test support importable over the builtin facade."""
+    """A pytest runner in ``into`` that makes Huawei's test support importable over the builtin facade."""
     sys.path.insert(0, str(REPO))
     from ascend_shim.real_layer import find_prepared
 
@@ -52,22 +60,23 @@ def lend_test_support(into: Path) -> Path:
                  "fetch-torch-npu` first")
     lent = []
     for package, name in TEST_SUPPORT:
-        folder = into / ("lent_" + package.replace(".", "_"))  # not a package name: into is on sys.path
+        folder = into / ("lent_" + package.replace(".", "_"))
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).symlink_to(prepared / "site" / Path(*package.split(".")) / name)
         lent.append((package, str(folder)))
-    (into / "huawei_test_support.py").write_text(_PLUGIN.format(lent=lent))
-    return into
+    runner = into / "huawei_test_runner.py"
+    runner.write_text(_RUNNER.format(lent=lent))
+    return runner
 
 
 def run_file(test_dir: Path, name: str, layer: str, junit: Path, per_file_s: int,
-             support: Path | None = None) -> subprocess.CompletedProcess:
+             runner: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
-    env.update(ASCEND_SHIM_SIM_LAYER=layer, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(REPO), str(support or ""), env.get("PYTHONPATH")])))
-    plugin = ["-p", "huawei_test_support"] if support else []
-    cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", "--disable", "*", "-m", "pytest", "-q",
-           "-p", "no:cacheprovider", *plugin, "--timeout", "120", f"--junitxml={junit}", f"{name}.py"]
+    env.update(ASCEND_SHIM_SIM_LAYER=layer, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
+                                                                                    env.get("PYTHONPATH")])))
+    pytest = [str(runner)] if runner else ["-m", "pytest"]
+    cmd = [sys.executable, "-m", "ascend_shim", "run", "--simulate", "--disable", "*", *pytest, "-q",
+           "-p", "no:cacheprovider", "--timeout", "120", f"--junitxml={junit}", f"{name}.py"]
     try:
         return subprocess.run(cmd, cwd=test_dir, env=env, capture_output=True, text=True, timeout=per_file_s)
     except subprocess.TimeoutExpired as exc:  # its output comes as bytes, text=True or not
@@ -103,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     broken = 0
     for layer in ns.layer or ["real"]:
         total_ran = total_passed = 0
-        support = lend_test_support(out / "test-support") if layer == "builtin" else None
+        runner = lend_test_support(out / "test-support") if layer == "builtin" else None
         for name in ns.files:
             junit = out / layer / f"{name.replace('/', '_')}.xml"
             junit.parent.mkdir(parents=True, exist_ok=True)
-            done = run_file(ns.test_dir, name, layer, junit, ns.per_file_s, support)
+            done = run_file(ns.test_dir, name, layer, junit, ns.per_file_s, runner)
             junit.with_suffix(".log").write_text(done.stdout + done.stderr)
             got = counts(junit)
             if got is None:
