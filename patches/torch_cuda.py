@@ -271,7 +271,7 @@ def cuda_stream(ctx: PatchContext) -> None:
     return cuda_stream(ctx)
 
 
-@cuda.patch("torch:set_default_tensor_type", kind="wrap", covers=("torch.set_default_tensor_type",),
+@cuda.patch("torch:set_default_tensor_type", kind="wrap", covers=("torch.cuda.*Tensor",),
             why="torch.set_default_tensor_type(torch.cuda.HalfTensor) (Meta's llama) makes new tensors CUDA half "
                 "ones; torch accepts no NPU tensor type there, so it was refused.",
             what="a CUDA tensor type (class or 'torch.cuda.HalfTensor') sets its dtype as the default dtype (torch's "

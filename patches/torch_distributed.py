@@ -93,7 +93,6 @@ def get_backend(ctx: PatchContext) -> Callable[..., Any]:
 
 
 @dist.patch("torch.distributed:get_default_backend_for_device", kind="wrap",
-            covers=("torch.distributed.get_default_backend_for_device",),
             why="user code asks get_default_backend_for_device('cuda') and compares it with 'nccl' (get_backend() "
                 "already answers it 'nccl').",
             what="caller-aware, like get_backend: user code sees 'nccl' where the answer is hccl (reported); torch "

@@ -4,9 +4,9 @@ import os
 import pytest
 
 #: The torch_npu Python the emulated NPU runs under in this test run, in-process and in the processes tests
-#: start: ``builtin`` (the emulator's own, the default) or ``real`` (Huawei's, prepared by fetch-torch-npu:
-#: ``ASCEND_SHIM_SIM_LAYER=real python -m pytest ...`` runs the real-layer lane).
-LAYER = os.environ.get("ASCEND_SHIM_SIM_LAYER", "builtin")
+#: start: ``real`` (Huawei's, prepared by fetch-torch-npu: the layer a dry run gets, the default) or ``builtin``
+#: (the emulator's own: ``ASCEND_SHIM_SIM_LAYER=builtin python -m pytest ...`` runs the builtin lane).
+LAYER = os.environ.get("ASCEND_SHIM_SIM_LAYER", "real")
 # A test run must never pick up activation from the environment it was started in.
 for _var in [v for v in os.environ if v.startswith("ASCEND_SHIM")]:
     del os.environ[_var]
@@ -28,8 +28,9 @@ if LAYER == "real":
 
     _PREPARED = _real_layer.find_prepared()
     if _PREPARED is None:
-        raise pytest.UsageError("ASCEND_SHIM_SIM_LAYER=real: prepare Huawei's torch_npu first "
-                                "(python -m ascend_shim fetch-torch-npu)")
+        raise pytest.UsageError("the tests run on Huawei's torch_npu Python over the emulated NPU: prepare it "
+                                "first (python -m ascend_shim fetch-torch-npu), or run the builtin lane "
+                                "(ASCEND_SHIM_SIM_LAYER=builtin)")
 
     _backend.prepare("sim", "real")
     _backend.bring_up("sim", "real")

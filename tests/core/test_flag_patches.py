@@ -35,7 +35,8 @@ SCENARIOS = {
         (lambda on: torch.set_float32_matmul_precision("high" if on else "highest"), _matmul_switch),
 }
 #: patches on torch.backends that are not switches
-NOT_FLAGS = {"torch_features.torch.backends.cuda.is_built"}
+NOT_FLAGS = {"torch_features.torch.backends.cuda.is_built", "torch_features.torch.backends.cudnn.m.is_available",
+             "torch_features.torch.backends.cudnn.m.version"}
 
 
 def flag_patches():

@@ -117,10 +117,11 @@ def test_activation_on_a_package_no_longer_prepared_says_so(monkeypatch):
     """The layer was chosen while the package was prepared; removed before activation put it in place."""
     from ascend_shim import backend, real_layer
 
+    before = loader.enabled_site()  # the real lane's own, or none
     monkeypatch.setattr(real_layer, "find_prepared", lambda version=None: None)
     with pytest.raises(ConfigError, match="no longer prepared; run `python -m ascend_shim fetch-torch-npu`"):
         backend.prepare("sim", "real")
-    assert loader.enabled_site() is None
+    assert loader.enabled_site() == before  # nothing put in place
 
 
 def test_prepare_records_every_file_and_sets_its_modes_whatever_the_umask(tmp_path, monkeypatch):

@@ -41,10 +41,19 @@ def _script(tmp_path, body: str = "") -> str:
     return str(path)
 
 
+def _as_from_a_shell() -> None:
+    """The job starts with SIGTERM and SIGINT unblocked and at their default actions, as a shell starts it: a
+    child inherits an ignored signal and the signal mask, which an earlier test in this worker may have changed."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def _start(tmp_path, args, **env):
     return subprocess.Popen([sys.executable, "-m", "ascend_shim", "run", "--simulate", "--report",
                              str(tmp_path / "r.json"), *args], cwd=tmp_path, env=_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_shell)
 
 
 def _wait_ready(proc, tmp_path, names):
