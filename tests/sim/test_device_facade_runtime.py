@@ -94,14 +94,16 @@ def test_argument_checks_made_before_the_runtime():
 
 
 def test_memory_summary_has_torch_npus_layout():
-    keep = torch.empty(3 << 20, dtype=torch.uint8, device="npu")
-    summary = torch.npu.memory_summary(0)
+    device = torch.npu.device_count() - 1  # one no other test of this process allocates on
+    assert torch.npu.memory_allocated(device) == 0
+    keep = torch.empty(3 << 20, dtype=torch.uint8, device=f"npu:{device}")
+    summary = torch.npu.memory_summary(device)
     lines = summary.splitlines()
     assert all(len(line) == 77 for line in lines)  # 75 columns between the borders
-    assert lines[1] == "|" + " " * 18 + "PyTorch NPU memory summary, device ID 0" + " " * 18 + "|"
+    assert lines[1] == "|" + " " * 18 + f"PyTorch NPU memory summary, device ID {device}" + " " * 18 + "|"
     assert lines[3].startswith("|            NPU OOMs: 0 ")
     assert any(line.startswith("| Allocated memory      |    3072 KB |") for line in lines)
-    assert len(torch.npu.memory_summary(0, abbreviated=True).splitlines()) < len(lines)
+    assert len(torch.npu.memory_summary(device, abbreviated=True).splitlines()) < len(lines)
     del keep
 
 
