@@ -210,6 +210,9 @@ def check_autograd_engine(npu_state) -> None:
     native = _extension.load()
     if not native.device_count():  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no backward
         return
+    # checked again on a later activation: a device the program already uses keeps its state (forgetting it would
+    # queue torch.manual_seed for an initialization that never comes again, and clear the program's statistics)
+    in_use = bool(getattr(npu_state, "_initialized", False))
     # made in C++, not by a factory: a factory would run torch's once-per-process lazy init of the device (which
     # calls torch_npu's _lazy_init, and is never repeated), and the program's first tensor must be the one that does
     probe = native.npu_alias(torch.ones(1), -1).requires_grad_()
@@ -222,6 +225,8 @@ def check_autograd_engine(npu_state) -> None:
             "Install the emulator earlier (before any backward), e.g. through `ascend_shim run` or at import."
         ) from exc
     del probe
+    if in_use:
+        return
     for index in range(native.device_count()):
         native.empty_cache(index)
         native.reset_accumulated(index)

@@ -2,6 +2,7 @@
 features switch off), declared but unemulated ones raise naming themselves when called, and the storage helpers
 torch_npu's fused optimizers rely on behave as its C++ does."""
 import pytest
+import torch
 
 from .conftest import run_shim
 
@@ -318,3 +319,16 @@ def test_runtime_contract_of_the_native_layer(prepared, tmp_path):
             wrong[key] = (got, expected)
     assert not wrong, f"got vs expected: {wrong}"
     assert "acl_format 29" in seen["format 29"] and "acl_format 3 " in seen["format 3"]
+
+def test_manual_seed_reaches_the_device_after_a_later_activation(clean_shim):
+    """Activating again in a process that already uses the device keeps its state: torch.manual_seed still seeds."""
+    torch.ones(1, device="npu")  # the device in use
+    clean_shim.activate("sim")
+    clean_shim.deactivate()
+    clean_shim.activate("sim")
+    assert torch.npu.is_initialized()
+    torch.manual_seed(123)
+    a = torch.rand(3, device="npu").cpu()
+    torch.manual_seed(123)
+    assert torch.equal(torch.rand(3, device="npu").cpu(), a)
+    assert torch.npu.initial_seed() == 123
