@@ -26,18 +26,17 @@ PORTABLE = "bitsandbytes' portable kernels (plain torch ops, or its CPU kernel t
 
 
 def installed_version() -> str | None:
-    from ascend_shim.virtual import real_distribution
+    from ascend_shim.versions import installed_version
 
-    dist = real_distribution("bitsandbytes")
-    return dist.version if dist is not None else None
+    return installed_version("bitsandbytes")
 
 
 def has_npu_path(version: str | None = None) -> bool:
     """Does the installed bitsandbytes (or ``version``) have kernels that run on the NPU?"""
-    from packaging.version import Version
+    from ascend_shim.versions import satisfies
 
     version = version or installed_version()
-    return version is not None and Version(version) >= Version(NPU_PATH_SINCE)
+    return version is not None and satisfies(version, f">={NPU_PATH_SINCE}")
 
 
 def runs_on_npu(op: str) -> bool:
