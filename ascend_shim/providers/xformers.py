@@ -63,8 +63,11 @@ def sdpa(query, key, value, attn_bias=None, p: float = 0.0, scale: float | None 
     return out if output_dtype is None else out.to(output_dtype)
 
 
-def _api(ctx: PatchContext, name: str, with_dropout: bool) -> Callable:
+def _api(ctx: PatchContext, name: str) -> Callable:
+    import inspect
+
     orig, report, pid = ctx.original, ctx.report, ctx.patch.id
+    signature = inspect.signature(orig)  # where each argument sits, read from the original (its p, scale, op ...)
 
     @functools.wraps(orig)
     def attention(query, key, value, attn_bias=None, *args, **kwargs):
@@ -72,9 +75,9 @@ def _api(ctx: PatchContext, name: str, with_dropout: bool) -> Callable:
             return orig(query, key, value, attn_bias, *args, **kwargs)
         from ascend_shim.providers.npu_checks import unsupported
 
-        names = ("p", "scale") if with_dropout else ("scale",)
-        bound = dict(zip(names, args, strict=False))
-        bound.update(kwargs)
+        bound = signature.bind(query, key, value, attn_bias, *args, **kwargs).arguments
+        for given in ("query", "key", "value", "attn_bias"):
+            bound.pop(given)
         op = bound.pop("op", None)
         p = bound.pop("p", 0.0)
         unknown = set(bound) - {"scale", "output_dtype"}
@@ -97,8 +100,8 @@ def _api(ctx: PatchContext, name: str, with_dropout: bool) -> Callable:
 
 
 def memory_efficient_attention(ctx: PatchContext) -> Callable:
-    return _api(ctx, "memory_efficient_attention", with_dropout=True)
+    return _api(ctx, "memory_efficient_attention")
 
 
 def memory_efficient_attention_forward(ctx: PatchContext) -> Callable:
-    return _api(ctx, "memory_efficient_attention_forward", with_dropout=True)
+    return _api(ctx, "memory_efficient_attention_forward")
