@@ -89,6 +89,19 @@ def triton_run(ctx: PatchContext) -> Callable[..., Any]:
     return run
 
 
+@features.patch("torch:Tensor.contiguous", kind="replace", fidelity="fallback",
+                why="the NPU computes in the contiguous format: torch_npu's contiguous() refuses "
+                    "memory_format=torch.channels_last / channels_last_3d (ERR01007) for a tensor not already in "
+                    "it, which CUDA training scripts ask for to speed up convolutions (a --channels-last option).",
+                what="such a call on an npu tensor returns the contiguous-format copy (the same values, in the "
+                     "layout the NPU computes in), reported at the call site; every other call is torch's.",
+                remove_when="never: torch_npu's contiguous() supports the contiguous memory format only")
+def tensor_contiguous(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.torch_features import contiguous_without_channels_last
+
+    return contiguous_without_channels_last(ctx)
+
+
 @features.patch("torch.backends.cuda:matmul", kind="replace", covers=("torch.backends.cuda.matmul.allow_tf32",),
                 why="allow_tf32 trades matmul precision for speed on CUDA; the NPU's switch is HF32.",
                 what="setting allow_tf32 (or fp32_precision 'tf32'/'ieee') also sets torch.npu.matmul.allow_hf32 "

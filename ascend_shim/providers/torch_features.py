@@ -168,3 +168,23 @@ def cudnn_conv_precision(ctx: PatchContext) -> Callable[[], None]:
 
     cls.conv = FlagNamespace(original, after)  # type: ignore[attr-defined]  # torch's module class has it
     return lambda: setattr(cls, "conv", original)
+
+
+def contiguous_without_channels_last(ctx: PatchContext) -> Callable[..., Any]:
+    """``Tensor.contiguous``: a channels-last request on an npu tensor gets the contiguous format instead."""
+    import torch
+
+    original, report = ctx.original, ctx.report
+    channels_last = (torch.channels_last, torch.channels_last_3d)
+
+    def contiguous(self, *args, **kwargs):
+        if args or not kwargs:
+            return original(self, *args, **kwargs)
+        fmt = kwargs.get("memory_format")
+        if (fmt in channels_last and len(kwargs) == 1 and self.device.type == "npu"
+                and not self.is_contiguous(memory_format=fmt)):
+            report.fallback("Tensor.contiguous", f"memory_format={fmt} -> torch.contiguous_format (the NPU's layout)")
+            return original(self)
+        return original(self, *args, **kwargs)
+
+    return contiguous

@@ -91,8 +91,9 @@ _ANY_DISTRIBUTION = importlib.metadata.DistributionFinder.Context()  # the defau
 
 
 class _PreparedPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``torch_npu`` (and its distribution metadata) in the prepared package, whatever ``sys.path`` holds
-    (a script's runner replaces ``sys.path[0]``), and answers ``torch_npu._C`` with the stand-in native layer."""
+    """Finds ``torch_npu`` and ``torchnpugen`` (and torch_npu's distribution metadata) in the prepared package,
+    whatever ``sys.path`` holds (a script's runner replaces ``sys.path[0]``), and answers ``torch_npu._C`` with the
+    stand-in native layer."""
 
     def find_spec(self, fullname, path=None, target=None):
         site = _enabled_site
@@ -105,6 +106,8 @@ class _PreparedPackageFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader)
             if spec is not None and spec.loader is not None:
                 spec.loader = _CheckedLoader(spec.loader, Path(site).parent)
             return spec
+        if fullname == "torchnpugen":
+            return importlib.machinery.PathFinder.find_spec(fullname, [site])
         if fullname != "torch_npu._C":
             return None  # submodules are found through the package's own __path__
         origin = getattr(sys.modules.get("torch_npu"), "__file__", None) or ""

@@ -40,8 +40,11 @@ from pathlib import Path
 from ..errors import ConfigError, ShimError
 
 #: the file ``prepared.json`` records; bumped when what is kept or recorded changes (3: every file's size and
-#: sha256, bytecode compiled, modes set)
-FORMAT = 3
+#: sha256, bytecode compiled, modes set; 4: torchnpugen kept)
+FORMAT = 4
+#: the wheel's top-level Python packages: torch_npu, and torchnpugen (its code generator, which torch_npu's inductor
+#: backend imports where Triton is installed)
+PACKAGES = ("torch_npu", "torchnpugen")
 #: the CANN release the emulated machine has (torch_npu 2.13 gates features on CANN >= 8.x / 9.1)
 CANN_VERSION = "8.5.0"
 _NATIVE = re.compile(r"(\.so(\.[0-9.]+)?|\.a|\.h|\.hpp|\.cuh)$")
@@ -71,8 +74,8 @@ def format_problem(meta: dict) -> str:
 
 def _keep(name: str) -> bool:
     top = name.split("/", 1)[0]
-    if top != "torch_npu" and not (top.startswith("torch_npu-") and top.endswith(".dist-info")):
-        return False  # torch_npu.libs (bundled native libraries), torchnpugen (build-time code generator)
+    if top not in PACKAGES and not (top.startswith("torch_npu-") and top.endswith(".dist-info")):
+        return False  # torch_npu.libs (bundled native libraries)
     return not name.endswith("/") and not _NATIVE.search(name)
 
 

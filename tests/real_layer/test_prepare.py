@@ -49,6 +49,7 @@ def _wheel(path, version=None):
         zf.writestr("torch_npu/lib/libop_plugin_atb.so", b"\x7fELF")
         zf.writestr("torch_npu/include/npu.h", "")
         zf.writestr("torch_npu.libs/libhccl.so.1", b"\x7fELF")
+        zf.writestr("torchnpugen/aoti/fallback_ops.py", "inductor_fallback_ops_npu = {}\n")
         zf.writestr(f"torch_npu-{version}.dist-info/METADATA", f"Name: torch-npu\nVersion: {version}\n")
     return path
 
@@ -62,7 +63,7 @@ def test_a_prepared_wheel_keeps_the_python_and_leaves_out_native_code(tmp_path, 
     kept = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert kept == [f"torch_npu-{release}.dist-info/METADATA", "torch_npu/__init__.py",
                     "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml", "torch_npu/lib/libop_plugin_atb.so",
-                    "torch_npu/version.py"]
+                    "torch_npu/version.py", "torchnpugen/aoti/fallback_ops.py"]  # the inductor backend imports it
     assert (site / "torch_npu/lib/libop_plugin_atb.so").stat().st_size == 0  # a placeholder, never loadable
     meta = json.loads((where / "prepared.json").read_text())
     assert meta["torch_npu"] == release and meta["native_left_out"] == 5
@@ -105,12 +106,20 @@ def test_the_yaml_reader_reads_the_wheels_yaml_as_yaml_does(prepared):
 
 def test_a_plain_python_never_sees_the_prepared_package(prepared):
     code = ("import importlib.util, importlib.metadata, torch\n"
-            "print(importlib.util.find_spec('torch_npu'), hasattr(torch, 'npu'),\n"
+            "print(importlib.util.find_spec('torch_npu'), importlib.util.find_spec('torchnpugen'),\n"
+            "      hasattr(torch, 'npu'),\n"
             "      [d.metadata['Name'] for d in importlib.metadata.distributions() if 'npu' in d.metadata['Name']])")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_SHIM")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["None", "False", "[]"]
+    assert done.stdout.split() == ["None", "None", "False", "[]"]
+    # an activated process finds both of the wheel's packages there (torch_npu's inductor imports torchnpugen)
+    code = ("import ascend_shim; ascend_shim.activate('sim')\n"
+            "import torchnpugen.aoti.fallback_ops as f; print(f.__file__)")
+    done = subprocess.run([sys.executable, "-c", code], env=dict(env, ASCEND_SHIM_SIM_LAYER="real"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().startswith(str(prepared / "site" / "torchnpugen")), done.stdout
 
 
 def test_activation_on_a_package_no_longer_prepared_says_so(monkeypatch):
@@ -134,7 +143,7 @@ def test_prepare_records_every_file_and_sets_its_modes_whatever_the_umask(tmp_pa
     meta = json.loads((where / "prepared.json").read_text())
     site = where / "site"
     files = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    assert sorted(meta["files"]) == files and meta["file_count"] == len(files) == 5
+    assert sorted(meta["files"]) == files and meta["file_count"] == len(files) == 6
     for name, record in meta["files"].items():
         data = (site / name).read_bytes()
         assert record == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}

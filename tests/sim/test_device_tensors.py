@@ -66,6 +66,22 @@ def test_views_and_in_place_ops_share_storage():
     assert [p.untyped_storage().data_ptr() for p in parts] == [parts[0].untyped_storage().data_ptr()] * 3
 
 
+def test_contiguous_makes_the_contiguous_format_only_as_torch_npu_does():
+    """torch_npu's contiguous(): channels-last requests are refused (ERR01007) unless already in that format."""
+    cpu = torch.randn(2, 3, 4, 5, requires_grad=True)
+    permuted = cpu.npu().permute(0, 2, 1, 3)
+    for fmt, tensor in ((torch.channels_last, permuted), (torch.channels_last_3d, permuted.unsqueeze(2))):
+        with pytest.raises(RuntimeError, match="NPU contiguous operator only supported contiguous memory format"
+                                               "(.|\n)*ERR01007 OPS feature not supported"):
+            tensor.contiguous(memory_format=fmt)
+    already = torch.empty_strided((2, 3, 4, 5), (60, 1, 15, 3), device="npu")
+    assert already.contiguous(memory_format=torch.channels_last) is already
+    made = permuted.contiguous()
+    assert made.is_contiguous() and torch.equal(made.cpu(), cpu.detach().permute(0, 2, 1, 3))
+    made.sum().backward()
+    assert torch.equal(cpu.grad, torch.ones_like(cpu))
+
+
 def test_out_arguments_and_resizing():
     x = torch.randn(4, 5, device="npu")
     out = torch.empty(4, 5, device="npu")

@@ -214,10 +214,13 @@ def test_fia_routes_and_lse():
     q, k, v = _data(B, Nq, Nkv, 6, 6, D, torch.float16, seed=3)
     m = S.to_dev(S.compressed_mask())
     out, lse = fia()(*S.to_dev(q, k, v), atten_mask=m, num_heads=Nq, num_key_value_heads=Nkv, scale=0.25,
-                     input_layout="BNSD", sparse_mode=3)
+                     input_layout="BNSD", sparse_mode=3, inner_precise=1)
     out_p = pfa()(*S.to_dev(q, k, v), atten_mask=m, num_heads=Nq, num_key_value_heads=Nkv, scale_value=0.25,
                   input_layout="BNSD", sparse_mode=3)
-    torch.testing.assert_close(out, out_p)
+    torch.testing.assert_close(out, out_p)  # the high-performance mode is the prompt kernel's: QK^T kept in fp16
+    precise = fia()(*S.to_dev(q, k, v), atten_mask=m, num_heads=Nq, num_key_value_heads=Nkv, scale=0.25,
+                    input_layout="BNSD", sparse_mode=3)[0]
+    assert not torch.equal(precise, out_p)
     assert lse.shape == (1,) and lse.dtype == torch.float32 and float(lse.cpu()[0]) == 0.0
     user = torch.zeros(1, 1, 6, 6, dtype=torch.bool)
     user[..., 5] = True
@@ -382,3 +385,16 @@ def test_signatures_keyword_only():
     assert sig["scale"].default == 1.0 and sig["next_tokens"].default == INT_MAX
     assert sig["softmax_lse_flag"].default is False
     assert inspect.signature(IA.npu_incre_flash_attention).parameters["inner_precise"].default == 1
+
+
+def test_pfa_fp16_keeps_qk_in_fp16_before_the_scale_as_huaweis_test_of_it_expects():
+    """Huawei's multi-device test compares fp16 PFA (scale 128) with an fp16 matmul, the scale, an fp32 softmax: the
+    large scale makes the rounding of QK^T visible (0.08 in the output if the scores stayed in fp32)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 128, dtype=torch.float16) for _ in range(3))
+    weights = torch.matmul(q, k.transpose(2, 3)) / 0.0078125
+    weights = torch.max(weights, torch.full((1, 1), torch.finfo(weights.dtype).min))
+    ref = torch.matmul(torch.softmax(weights, dim=-1, dtype=torch.float32).to(torch.float16), v)
+    out = pfa()(*S.to_dev(q, k, v), num_heads=2, input_layout="BNSD", scale_value=128.0, pre_tokens=65535,
+                next_tokens=65535, sparse_mode=0)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-3, atol=1e-3)

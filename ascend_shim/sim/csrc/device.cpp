@@ -101,6 +101,8 @@ void check_not_forked() {
 // Memory: every npu storage is host memory wrapped in a DataPtr whose context accounts it to one device.
 // ================================================================================================================
 
+c10::StreamId current_stream_id(c10::DeviceIndex index);  // the thread's current stream (below)
+
 namespace {
 
 // Ascend 910B3: 64 GiB HBM per device -- but never more than the host's physical memory, which holds the
@@ -154,9 +156,11 @@ struct DeviceMemory {
   std::atomic<int64_t> ooms{0};
   std::atomic<int64_t> limit{kTotalMemory};
   std::atomic<double> fraction{1.0};
-  std::mutex mutex;                            // guards cache and live
-  std::map<size_t, std::vector<void*>> cache;  // capacity -> free blocks kept for reuse, the last freed last
-  std::set<Block*> live;                       // blocks in use (memory snapshots list them)
+  std::mutex mutex;  // guards cache and live
+  // (stream allocated on, capacity) -> free blocks kept for reuse (memory, bytes usable), the last freed last: as
+  // torch_npu's allocator, a block freed on one stream is reused by allocations on that stream only
+  std::map<std::pair<c10::StreamId, size_t>, std::vector<std::pair<void*, size_t>>> cache;
+  std::set<Block*> live;  // blocks in use (memory snapshots list them)
 };
 std::array<DeviceMemory, kMaxDevices> g_memory;
 
@@ -203,30 +207,38 @@ void account_release(DeviceMemory& m, size_t capacity) {
 // Frees every cached block of the device (empty_cache(), or before giving up on an allocation).
 void release_cached(c10::DeviceIndex index) {
   auto& m = g_memory.at(index);
-  std::map<size_t, std::vector<void*>> cached;
+  decltype(m.cache) cached;
   {
     std::lock_guard<std::mutex> lock(m.mutex);
     cached.swap(m.cache);
   }
-  for (auto& [capacity, blocks] : cached) {
-    for (void* ptr : blocks) {
+  for (auto& [key, blocks] : cached) {
+    for (const auto& [ptr, usable] : blocks) {
       c10::free_cpu(ptr);
-      account_release(m, capacity);
+      account_release(m, key.second);
     }
   }
 }
 
-// The smallest cached block that fits `capacity` without wasting more than its size (blocks are not split); of
-// equal ones the last freed, so a tensor freed and allocated again gets its memory back.
-void* take_cached(DeviceMemory& m, size_t capacity, size_t* got) {
+// The smallest block cached for `stream` that fits `capacity` without wasting more than its size (blocks are
+// not split) and holds `nbytes`; of equal ones the last freed, so a tensor freed and allocated again gets its
+// memory back. `got`: its capacity and usable bytes.
+void* take_cached(DeviceMemory& m, c10::StreamId stream, size_t capacity, size_t nbytes,
+                  std::pair<size_t, size_t>* got) {
   std::lock_guard<std::mutex> lock(m.mutex);
-  auto it = m.cache.lower_bound(capacity);
-  if (it == m.cache.end() || it->first >= 2 * capacity) return nullptr;
-  void* ptr = it->second.back();
-  *got = it->first;
-  it->second.pop_back();
-  if (it->second.empty()) m.cache.erase(it);
-  return ptr;
+  for (auto it = m.cache.lower_bound({stream, capacity});
+       it != m.cache.end() && it->first.first == stream && it->first.second < 2 * capacity; ++it) {
+    auto& blocks = it->second;
+    for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+      if (b->second < nbytes) continue;
+      void* ptr = b->first;
+      *got = {it->first.second, b->second};
+      blocks.erase(std::next(b).base());
+      if (blocks.empty()) m.cache.erase(it);
+      return ptr;
+    }
+  }
+  return nullptr;
 }
 
 [[noreturn]] void out_of_memory(c10::DeviceIndex index, DeviceMemory& m, size_t nbytes) {
@@ -279,6 +291,8 @@ struct Block {
   size_t capacity = 0;           // bytes reserved for the block
   void* data = nullptr;          // where its bytes are
   c10::DeviceIndex index = 0;
+  c10::StreamId stream = 0;      // the stream it was allocated on: its cache
+  size_t usable = 0;             // bytes of memory behind `raw`
   std::atomic<int64_t> refs{1};
 };
 
@@ -290,17 +304,34 @@ Block* track(Block* block) {
   return block;
 }
 
+// The memory of an adopted block (a host kernel's output) when the block alone holds it and the CPU allocator
+// made it: kept by the allocator from then on, as torch_npu's allocator keeps every freed block; else nullptr.
+void* take_over_host_memory(Block& block) {
+  c10::DataPtr* data = &block.owner;
+  c10::StorageImpl* storage = block.keep.unsafeGetStorageImpl();
+  if (storage != nullptr) {
+    if (block.keep.use_count() != 1) return nullptr;
+    data = &storage->mutable_data_ptr();
+  }
+  if (data->get() == nullptr || data->get_context() != data->get() ||
+      data->get_deleter() != c10::GetDefaultCPUAllocator()->raw_deleter())
+    return nullptr;
+  block.usable = block.nbytes;
+  return data->release_context();
+}
+
 void release_block(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
   if (block->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   auto& m = g_memory.at(block->index);
   account_free(m, block->nbytes, block->capacity);
+  void* raw = block->raw ? block->raw : take_over_host_memory(*block);
   {
     std::lock_guard<std::mutex> lock(m.mutex);
     m.live.erase(block);
-    if (block->raw) m.cache[block->capacity].push_back(block->raw);
+    if (raw) m.cache[{block->stream, block->capacity}].emplace_back(raw, block->usable);
   }
-  if (!block->raw) account_release(m, block->capacity);  // adopted memory goes back to its owner
+  if (!raw) account_release(m, block->capacity);  // adopted memory goes back to its owner
   delete block;
 }
 
@@ -322,7 +353,10 @@ struct NpuAllocator final : c10::DeviceAllocator {
                      "NPU out of memory. Tried to allocate more than 1EB memory.");
     auto& m = g_memory.at(index);
     size_t capacity = block_capacity(nbytes);
-    void* data = take_cached(m, capacity, &capacity);
+    const c10::StreamId stream = current_stream_id(index);
+    std::pair<size_t, size_t> cached{capacity, capacity};
+    void* data = take_cached(m, stream, capacity, nbytes, &cached);
+    capacity = cached.first;
     if (data == nullptr) {
       reserve_new(index, nbytes, capacity);
       try {
@@ -337,6 +371,8 @@ struct NpuAllocator final : c10::DeviceAllocator {
     block->nbytes = nbytes;
     block->capacity = capacity;
     block->index = index;
+    block->stream = stream;
+    block->usable = cached.second;
     return make_block_ptr(data, track(block));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -365,14 +401,23 @@ REGISTER_ALLOCATOR(kNpu, &g_allocator);
 
 c10::Allocator* npu_allocator() { return &g_allocator; }
 
+// A block for memory the device adopts, reserved in the allocator's units as one it made.
+Block* adopted_block(size_t nbytes, c10::DeviceIndex index) {
+  const size_t capacity = block_capacity(nbytes);
+  reserve_new(index, nbytes, capacity);
+  auto* block = new Block();
+  block->nbytes = nbytes;
+  block->capacity = capacity;
+  block->index = index;
+  block->stream = current_stream_id(index);
+  return block;
+}
+
 c10::DataPtr adopt_data(c10::DataPtr owner, size_t nbytes, c10::DeviceIndex index) {
   void* data = owner.get();
   if (nbytes == 0) return {data, c10::Device(kNpu, index)};
-  reserve_new(index, nbytes, nbytes);
-  auto* block = new Block();
+  auto* block = adopted_block(nbytes, index);
   block->owner = std::move(owner);
-  block->nbytes = block->capacity = nbytes;
-  block->index = index;
   return make_block_ptr(data, track(block));
 }
 
@@ -380,11 +425,8 @@ c10::DataPtr adopt_storage(const c10::Storage& cpu_storage, c10::DeviceIndex ind
   const size_t nbytes = cpu_storage.nbytes();
   void* data = const_cast<void*>(cpu_storage.data());
   if (nbytes == 0) return {data, c10::Device(kNpu, index)};
-  reserve_new(index, nbytes, nbytes);
-  auto* block = new Block();
+  auto* block = adopted_block(nbytes, index);
   block->keep = cpu_storage;
-  block->nbytes = block->capacity = nbytes;
-  block->index = index;
   return make_block_ptr(data, track(block));
 }
 
@@ -424,8 +466,8 @@ std::vector<Segment> segments(c10::DeviceIndex index) {
   for (const Block* block : m.live) {
     out.push_back({reinterpret_cast<uintptr_t>(block->data), block->capacity, block->nbytes});
   }
-  for (const auto& [capacity, blocks] : m.cache) {
-    for (void* ptr : blocks) out.push_back({reinterpret_cast<uintptr_t>(ptr), capacity, 0});
+  for (const auto& [key, blocks] : m.cache) {
+    for (const auto& cached : blocks) out.push_back({reinterpret_cast<uintptr_t>(cached.first), key.second, 0});
   }
   return out;
 }
@@ -637,6 +679,8 @@ struct NpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
 };
 
 }  // namespace
+
+c10::StreamId current_stream_id(c10::DeviceIndex index) { return tls_stream.at(index); }
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NpuGuardImpl);
 

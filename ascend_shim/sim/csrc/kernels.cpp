@@ -424,8 +424,22 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   return {input.mul(mask).mul_(scale), mask};
 }
 
+// torch_npu's contiguous (TensorProperties.cpp): a copy into the contiguous format only; channels-last and
+// preserve are refused unless the tensor is already contiguous in that format. Registered at the autograd key
+// too, as torch_npu's is, so torch's decomposition (which would make the channels-last copy) never runs; the
+// copy goes through clone, which autograd records.
+at::Tensor contiguous(const at::Tensor& self, c10::MemoryFormat memory_format) {
+  if (self.is_contiguous(memory_format)) return self;
+  TORCH_CHECK(memory_format == c10::MemoryFormat::Contiguous,
+              "NPU contiguous operator only supported contiguous memory format.", ops_not_supported_suffix());
+  return self.clone(memory_format);
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("contiguous", contiguous); }
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
+  m.impl("contiguous", contiguous);
   m.impl("empty_strided", empty_strided);
   m.impl("_efficientzerotensor", efficient_zero_tensor);
   m.impl("_copy_from", copy_from);

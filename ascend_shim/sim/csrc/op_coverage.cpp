@@ -161,21 +161,6 @@ void print_caution(const std::string& reported) {
                             false));
 }
 
-// torch_npu's OPS_ERROR(ErrCode::NOT_SUPPORT) suffix.
-std::string ops_not_supported_suffix() {
-  const char* compact = std::getenv("TORCH_NPU_COMPACT_ERROR_OUTPUT");
-  if (compact != nullptr && std::strtol(compact, nullptr, 10) != 0) return "";
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm local{};
-  localtime_r(&now, &local);
-  const char* rank = std::getenv("RANK");
-  std::ostringstream out;
-  out << "\n[ERROR] " << std::put_time(&local, "%Y-%m-%d-%H:%M:%S") << " (PID:" << getpid()
-      << ", Device:" << static_cast<int>(current_device()) << ", RankID:" << (rank ? std::strtol(rank, nullptr, 10) : -1)
-      << ") ERR01007 OPS feature not supported";
-  return out.str();
-}
-
 [[noreturn]] void refuse(const std::string& reported) {
   TORCH_CHECK(false, "The operator '", reported, "' would execute its main computation on CPU through dispatcher "
               "backend fallback because no kernel is registered for the NPU PrivateUse1 backend, but CPU fallback "
@@ -435,6 +420,21 @@ void uninstall() {
 }
 
 }  // namespace
+
+// torch_npu's OPS_ERROR(ErrCode::NOT_SUPPORT) suffix.
+std::string ops_not_supported_suffix() {
+  const char* compact = std::getenv("TORCH_NPU_COMPACT_ERROR_OUTPUT");
+  if (compact != nullptr && std::strtol(compact, nullptr, 10) != 0) return "";
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  localtime_r(&now, &local);
+  const char* rank = std::getenv("RANK");
+  std::ostringstream out;
+  out << "\n[ERROR] " << std::put_time(&local, "%Y-%m-%d-%H:%M:%S") << " (PID:" << getpid()
+      << ", Device:" << static_cast<int>(current_device()) << ", RankID:" << (rank ? std::strtol(rank, nullptr, 10) : -1)
+      << ") ERR01007 OPS feature not supported";
+  return out.str();
+}
 
 // Called by the emulator's fallback before every operator it runs.
 void check_op_coverage(const c10::OperatorHandle& op) {

@@ -93,6 +93,8 @@ at::Tensor adopt_host_tensor(const at::Tensor& host_tensor, c10::DeviceIndex ind
 // ---- operator coverage (op_coverage.cpp) ----------------------------------------------------------------------
 // Before the fallback runs `op`: warns (once) or raises as torch_npu does when the NPU has no kernel for it.
 void check_op_coverage(const c10::OperatorHandle& op);
+// The suffix torch_npu's OPS_ERROR(ErrCode::NOT_SUPPORT) appends to a message (ERR01007).
+std::string ops_not_supported_suffix();
 
 // ---- counters --------------------------------------------------------------------------------------------------
 // One user-visible device-to-host transfer. Inside a d2h scope (e.g. printing a tensor, which reads many

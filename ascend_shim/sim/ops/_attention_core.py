@@ -47,12 +47,15 @@ def combine(*masks):
     return out
 
 
-def scores(q, k, scale: float, pse=None, pse_first: bool = True, masked=None):
+def scores(q, k, scale: float, pse=None, pse_first: bool = True, masked=None, qk_dtype=None):
     """fp32 ``Mask(scale * (QK^T + pse))`` (training FA, ``pse_first``) or ``Mask(scale * QK^T + pse)`` (inference).
+    ``qk_dtype``: QK^T is rounded to it first (a kernel that keeps the product in fp16).
 
     Returns a fresh tensor (callers may modify it in place).
     """
     s = torch.matmul(q.float(), k.float().transpose(-1, -2))
+    if qk_dtype is not None:
+        s = _round(s, qk_dtype)
     if pse is not None:
         if pse_first:
             s.add_(pse.float()).mul_(scale)
@@ -70,10 +73,10 @@ def _round(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def forward(q, k, v, *, scale: float, pse=None, pse_first: bool = True, masked=None, keep=None,
-            keep_prob: float = 1.0, correct_invalid: bool = False):
+            keep_prob: float = 1.0, correct_invalid: bool = False, qk_dtype=None):
     """Returns ``(out fp32 (B,Nkv,G,Sq,Dv), max fp32 (B,Nkv,G,Sq), sum fp32 (B,Nkv,G,Sq))``. Not differentiable."""
     dtype = q.dtype
-    p = scores(q, k, scale, pse, pse_first, masked)
+    p = scores(q, k, scale, pse, pse_first, masked, qk_dtype)
     m = p.amax(dim=-1, keepdim=True)
     p.sub_(m).exp_()
     row_sum = p.sum(dim=-1, keepdim=True)

@@ -140,8 +140,9 @@ def _paged_kv(op, cache, block_table, kv_lens, block_size, nkv, layout, name):
     return g.permute(0, 2, 1, 3, 4).reshape(B, nkv, need * block_size, blocks.shape[-1])
 
 
-def _compute(q4, k4, v4, *, scale, pse4, user4, mode, pre, nxt, q_lens, kv_lens, lse):
-    """Batched masked attention with per-batch valid lengths. Returns (out4 fp32->dtype, lse (B,N,Sq) or None)."""
+def _compute(q4, k4, v4, *, scale, pse4, user4, mode, pre, nxt, q_lens, kv_lens, lse, qk_dtype=None):
+    """Batched masked attention with per-batch valid lengths. Returns (out4 fp32->dtype, lse (B,N,Sq) or None).
+    ``qk_dtype``: QK^T rounded to it before the scale (:func:`_attention_core.scores`)."""
     B, Nq, Sq, D = q4.shape
     Nkv, Skv = k4.shape[1], k4.shape[2]
     G = Nq // Nkv
@@ -173,7 +174,7 @@ def _compute(q4, k4, v4, *, scale, pse4, user4, mode, pre, nxt, q_lens, kv_lens,
     if pse4 is not None:
         pse5 = pse4.reshape(pse4.shape[0], Nkv, G, pse4.shape[2], Skv)
     out, m, row_sum = core.forward(q5, k5, v5, scale=scale, pse=pse5, pse_first=False, masked=masked5,
-                                   correct_invalid=True)
+                                   correct_invalid=True, qk_dtype=qk_dtype)
     out4 = out.reshape(B, Nq, Sq, -1).to(q4.dtype)
     lse_t = (m + torch.log(row_sum)).reshape(B, Nq, Sq) if lse else None
     return out4, lse_t
@@ -263,7 +264,7 @@ def _sparse_mode_pfa(op, sparse_mode):
 
 def _prefill(op, query, key, value, *, atten_mask, pse_shift, q_lens_raw, kv_lens_raw, num_heads, scale, pre, nxt,
              layout, num_key_value_heads, sparse_mode, lse, strict16, fia_tnd=False, block_table=None,
-             block_size=0):
+             block_size=0, qk_dtype=None):
     dtype = check_float_dtypes(op, _HALF, query=query, key=key, value=value)
     nkv = _heads(op, num_heads, num_key_value_heads)
     if layout == "TND":
@@ -303,7 +304,7 @@ def _prefill(op, query, key, value, *, atten_mask, pse_shift, q_lens_raw, kv_len
         l4 = torch.full((B, N, Sq), core.NEG, device=query.device) if lse else None
     else:
         out4, l4 = _compute(q4, k4, v4, scale=scale, pse4=pse4, user4=user, mode=sparse_mode, pre=pre, nxt=nxt,
-                            q_lens=q_lens, kv_lens=kv_lens, lse=lse)
+                            q_lens=q_lens, kv_lens=kv_lens, lse=lse, qk_dtype=qk_dtype)
     return _out_from4(out4, out_layout), (l4.unsqueeze(-1) if l4 is not None else None)
 
 
@@ -460,7 +461,10 @@ def _npu_prompt_flash_attention(query, key, value, *, padding_mask=None, atten_m
                           kv_lens_raw=int_list(op, "actual_seq_lengths_kv", actual_seq_lengths_kv),
                           num_heads=int(num_heads), scale=float(scale_value), pre=int(pre_tokens),
                           nxt=int(next_tokens), layout=input_layout, num_key_value_heads=int(num_key_value_heads),
-                          sparse_mode=mode, lse=False, strict16=False)
+                          sparse_mode=mode, lse=False, strict16=False,
+                          # fp16: the kernel keeps QK^T in fp16 before the scale (what Huawei's own test of it
+                          # compares with: fp16 matmul, then the scale); bf16 and fp32 are computed in fp32
+                          qk_dtype=torch.float16 if query.dtype == torch.float16 else None)
     return out
 
 
@@ -603,7 +607,10 @@ def _npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten
                                 scale=float(scale), pre=int(pre_tokens), nxt=int(next_tokens), layout=input_layout,
                                 num_key_value_heads=int(num_key_value_heads), sparse_mode=sparse_mode,
                                 lse=bool(softmax_lse_flag), strict16=True, fia_tnd=True, block_table=block_table,
-                                block_size=int(block_size))
+                                block_size=int(block_size),
+                                # high-performance modes (1, 3) keep QK^T in fp16, as the prompt kernel does
+                                qk_dtype=torch.float16 if query.dtype == torch.float16 and int(inner_precise) in (1, 3)
+                                else None)
     if not softmax_lse_flag:
         lse = torch.zeros(1, device=query.device, dtype=torch.float32)
     return out, lse

@@ -1,4 +1,5 @@
-"""cuDNN TF32 switches and the `is_built() and is_available()` gate, as CUDA training scripts write them."""
+"""cuDNN TF32 switches, the `is_built() and is_available()` gate and channels-last inputs, as CUDA training scripts
+write them."""
 import torch
 
 # the usual gate: both must hold for the GPU path
@@ -19,4 +20,11 @@ with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
     y = torch.nn.functional.conv2d(torch.ones(1, 1, 4, 4, device=device), torch.ones(1, 1, 3, 3, device=device))
 assert torch.npu.conv.allow_hf32 is True
 assert y.sum().item() == 4 * 9.0
+
+# a --channels-last option: the model and each batch in the channels-last layout
+conv = torch.nn.Conv2d(3, 4, 3).to(device, memory_format=torch.channels_last)
+images = torch.randn(2, 3, 8, 8)
+batch = images.to(device).permute(0, 2, 3, 1).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+assert torch.allclose(conv(batch).cpu(), torch.nn.functional.conv2d(images, conv.weight.cpu(), conv.bias.cpu()),
+                      atol=1e-5)
 print("OK precision_flags")
