@@ -176,7 +176,7 @@ def cli_owns_path0() -> bool:
 
 
 def _main_code(path: str):
-    """The code of a script file: rewritten when the rewrite is on and the file is the user's."""
+    """The code of a script file: rewritten when the rewrite is on and the file is CUDA code."""
     from . import rewrite
     from .rewrite import hook
 
@@ -191,7 +191,7 @@ def _main_code(path: str):
     unreadable = _unreadable_source(data, path)
     if unreadable is not None:
         raise unreadable
-    if rewrite.is_installed() and is_user_file(path):
+    if rewrite.is_installed() and hook.script_is_cuda_code(path):
         code, sites = rewrite.rewrite_source(data, path)
         rewrite.report_sites(sites)
         finder = hook._finder
@@ -255,17 +255,6 @@ def _declared_encoding(data: bytes) -> str | None:
         if i == 0 and not re.match(rb"[ \t\f]*(?:[#\r]|$)", line):
             break  # a second line declares nothing after a line of code
     return "utf-8" if bom else None
-
-
-def is_user_file(path: str) -> bool:
-    """Is the script ``path`` the user's (not the environment's: site-packages, the interpreter's prefixes,
-    the shim)? Same rule as for imported modules, with no named packages."""
-    from .rewrite import hook
-
-    finder = hook._finder
-    if finder is None:
-        return False
-    return finder.config.dir_is_users(os.path.dirname(os.path.abspath(path)))
 
 
 def run_file(path: str, argv: list[str] | None = None, *, own_path0: bool = True) -> None:
@@ -368,12 +357,16 @@ def arm_worker_main() -> bool:
     """At start-up of an activated process about to run a user script file: run it through :func:`run_file`.
 
     Returns whether it armed the claim. Nothing happens for ``-c``, ``-m``, the REPL, a directory / zip (run
-    through the import hook) or a script of the environment (a console script, a file in site-packages).
+    through the import hook) or a script that is not CUDA code (a console script, an NPU-native library's file).
     """
     if not _in_startup() or _armed:
         return False
     argv0 = sys.argv[0] if sys.argv else ""
-    if argv0 in ("", "-", "-c", "-m") or not os.path.isfile(argv0) or not is_user_file(argv0):
+    if argv0 in ("", "-", "-c", "-m") or not os.path.isfile(argv0):
+        return False
+    from .rewrite import hook
+
+    if not hook.script_is_cuda_code(argv0):
         return False
     _armed.update(path=argv0, real=os.path.realpath(argv0))
     from . import import_system

@@ -168,7 +168,8 @@ class Report:
                 self.notes.append(text)
 
     def _call_site(self, frame) -> tuple[str, int]:
-        """The first frame from ``frame`` up that is not ascend_shim, a patch module, torch or a stdlib wrapper."""
+        """The first frame from ``frame`` up that is not ascend_shim, a patch module, torch, torch_npu (Huawei's
+        wrappers of torch's functions, such as its ``torch.load``) or a stdlib wrapper."""
         if self._prefixes is None:
             self._prefixes = _internal_prefixes()
         internal = self._internal
@@ -178,7 +179,7 @@ class Report:
             if hit is None:
                 g = frame.f_globals
                 hit = internal[code] = (code.co_filename.startswith(self._prefixes)
-                                        or g.get("__name__", "").startswith("ascend_shim.")
+                                        or g.get("__name__", "").startswith(("ascend_shim.", "torch_npu."))
                                         or bool(g.get("__ascend_shim_internal__")))
             if not hit:
                 return code, frame.f_lasti

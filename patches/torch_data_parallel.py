@@ -49,6 +49,21 @@ for _name in ("broadcast", "broadcast_coalesced", "scatter", "gather"):
         remove_when=REMOVE)(functools.partial(comm, name=_name))
 
 
+@data_parallel.patch(
+    "torch.nn.parallel.comm:nccl", kind="replace", fidelity="neutral", id="torch_data_parallel.comm.nccl",
+    why="torch.cuda.comm.reduce_add (DataParallel's gradient sum) asks its own copy of torch.cuda.nccl whether NCCL "
+        "can reduce the tensors; without NCCL in the build that prints 'PyTorch is not compiled with NCCL support' "
+        "on every backward.",
+    what="that copy is the shim's torch.cuda.nccl: is_available() is False for NPU tensors (HCCL has no direct "
+         "reduce of device lists), so reduce_add takes its device-copy path, without the warning (the answer is "
+         "torch's internal choice, not reported).",
+    remove_when=REMOVE)
+def comm_nccl(ctx: PatchContext) -> object:
+    from ascend_shim.providers.torch_cuda import nccl_module
+
+    return nccl_module(ctx.report, ctx.patch.id, report_availability=False)  # torch's own question: not reported
+
+
 # -- what the report says --------------------------------------------------------------------------------------
 @data_parallel.patch(
     "torch.nn.parallel.replicate:replicate", id="torch_data_parallel.replicate_count",

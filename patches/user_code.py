@@ -65,4 +65,16 @@ def rewrite_user_code(ctx: PatchContext) -> Callable[[], object]:
     return entry.disarm_worker_main
 
 
+@user_code.patch("warnings:_showwarnmsg", kind="replace",
+                 why="a warning torch raises from C inside a translated call (sparse invariant checks, "
+                     "deprecations) would name the shim's wrapper instead of the user's line.",
+                 what="a warning located in the shim is shown (and recorded by catch_warnings) at the first line "
+                      "outside it, the code that made the call; every other warning is shown as it is.",
+                 remove_when="never: warnings from C name the innermost Python frame, which is the wrapper")
+def warnings_at_callers_line(ctx: PatchContext) -> Callable[..., object]:
+    from ascend_shim.providers.warning_sites import at_callers_line
+
+    return at_callers_line(ctx.original)
+
+
 PATCH_SETS = [user_code]

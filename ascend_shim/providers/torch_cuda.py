@@ -282,9 +282,9 @@ NCCL_VERSION = (2, 20, 5)
 
 
 @functools.cache  # one per process, like unsupported_object
-def nccl_module(report: Report, patch_id: str) -> types.ModuleType:
-    """torch.cuda.nccl: version() answers for HCCL, is_available() is False (no direct NCCL calls on the NPU), any
-    other name raises UnsupportedOnNPUError."""
+def nccl_module(report: Report, patch_id: str, *, report_availability: bool = True) -> types.ModuleType:
+    """torch.cuda.nccl: version() answers for HCCL, is_available() is False (no direct NCCL calls on the NPU; the
+    answer reported unless ``report_availability`` is off), any other name raises UnsupportedOnNPUError."""
     module: Any = _UnsupportedModule("nccl", "torch.cuda.nccl (direct NCCL calls)", report, patch_id)
 
     def version() -> tuple[int, int, int]:
@@ -292,7 +292,8 @@ def nccl_module(report: Report, patch_id: str) -> types.ModuleType:
         return NCCL_VERSION
 
     def is_available(tensors) -> bool:
-        report.fallback("torch.cuda.nccl.is_available", "False: direct NCCL calls have no NPU path")
+        if report_availability:
+            report.fallback("torch.cuda.nccl.is_available", "False: direct NCCL calls have no NPU path")
         return False
 
     module.version, module.is_available = version, is_available

@@ -30,9 +30,10 @@ Only plain ``.py`` sources loaded by the stock ``SourceFileLoader`` are rewritte
 run without the shim can never pick it up); it is kept in the shim's own cache (:mod:`.cache`), so a library
 is rewritten once, not on every start.
 
-``install`` also wraps ``runpy.run_path`` (undone by ``uninstall``) so that a script under the roots run that
-way -- notably ``multiprocessing``'s spawn/forkserver children re-running the main script as ``__mp_main__``
--- is rewritten like the parent's ``__main__``.
+``install`` also wraps ``runpy.run_path`` (undone by ``uninstall``) so that a script run that way follows the
+rule of a module imported from the same place (:func:`script_is_cuda_code`) -- notably ``multiprocessing``'s
+spawn/forkserver children re-running the main script as ``__mp_main__``, rewritten like the parent's
+``__main__``, and a recipe an installed launcher runs by path.
 """
 from __future__ import annotations
 
@@ -229,6 +230,10 @@ class _Config:
         """What the module ``fullname`` loaded from ``origin`` is for the rule (:data:`NEITHER`: left alone)."""
         if not origin or not origin.endswith(".py"):
             return NEITHER
+        return self.file_kind(fullname, origin)
+
+    def file_kind(self, fullname: str | None, origin: str) -> str:
+        """:meth:`kind` for a source file whatever its suffix (a script run by path need not end in .py)."""
         kind = self.dir_kind(os.path.dirname(origin))
         if fullname:
             if fullname.partition(".")[0] in _REFUSED_TOP or callers.is_native_code(fullname, origin):
@@ -522,13 +527,42 @@ def run_path_rewritten(path, run_name: str = "__main__", init_globals: dict | No
     return g.copy()
 
 
-def _run_path_hook(path_name, init_globals=None, run_name=None):
-    """``runpy.run_path`` while installed: scripts under the roots are rewritten."""
+def script_is_cuda_code(path: str) -> bool:
+    """Is the script file ``path``, run by path (the main script, ``runpy.run_path``), CUDA code to rewrite?
+    The rule of a module imported from the same place, under the name it would be imported as: a user's
+    script is, an installed library's is unless the library is NPU-native (``tune run`` runs a recipe that
+    ships inside site-packages)."""
     f = _finder
+    if f is None:
+        return False
+    real = os.path.abspath(path)
+    return bool(f.config.file_kind(_importable_name(real), real))
+
+
+def _importable_name(path: str) -> str | None:
+    """The dotted name ``path`` would be imported as from the ``sys.path`` entry it lies deepest under."""
+    if not path.endswith(".py"):
+        return None
+    best = None
+    for entry in sys.path:
+        if isinstance(entry, str):
+            base = os.path.abspath(entry or os.curdir)
+            if _under(path, base) and (best is None or len(base) > len(best)):
+                best = base
+    if best is None:
+        return None
+    parts = os.path.relpath(path[:-3], best).split(os.sep)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+
+
+def _run_path_hook(path_name, init_globals=None, run_name=None):
+    """``runpy.run_path`` while installed: scripts that are CUDA code (:func:`script_is_cuda_code`) are rewritten."""
     try:
         is_file = os.path.isfile(path_name)
     except (TypeError, ValueError):
         is_file = False
-    if f is not None and is_file and f.config.dir_is_users(os.path.dirname(os.path.abspath(os.fsdecode(path_name)))):
+    if is_file and script_is_cuda_code(os.fsdecode(path_name)):
         return run_path_rewritten(path_name, "<run_path>" if run_name is None else run_name, init_globals)
     return _ORIGINAL_RUN_PATH(path_name, init_globals, run_name)

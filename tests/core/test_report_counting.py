@@ -79,3 +79,16 @@ def test_a_deprecated_torch_alias_is_attributed_to_the_user_line():
         assert ("device='cuda' -> 'npu'", line, 1) in _events("GradScaler")
     finally:
         ascend_shim.deactivate()
+
+
+def test_a_call_through_torch_npus_own_wrapper_is_counted_at_the_users_line():
+    """torch_npu wraps torch functions (its torch.load calls torch's): the site is the user's line, once."""
+    from ascend_shim.report import Report
+
+    report = Report()
+    wrapper = {"__name__": "torch_npu.utils.serialization", "report": report}
+    exec(compile("def load():\n    report.translated('torch.load', 'x')\n", "/site/torch_npu/utils/serialization.py",
+                 "exec"), wrapper)
+    line = sys._getframe().f_lineno + 1
+    wrapper["load"]()
+    assert [(e["file"], e["line"]) for e in report.events()] == [(__file__, line)]

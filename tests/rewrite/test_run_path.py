@@ -85,6 +85,24 @@ def test_runpy_run_path_is_hooked_while_installed(tree, argv):
     assert runpy.run_path(inside)["SEEN"]["npu_is_cuda"] is False
 
 
+def test_a_script_run_by_path_follows_the_rule_of_a_module_of_the_same_place(tree, argv):
+    """``tune run``: a recipe shipped inside site-packages, run by path, is a library's code (rewritten) unless
+    the library is NPU-native, exactly as when it is imported."""
+    from ascend_shim import callers
+
+    recipe = str(tree.write(tree.site, "{p}recipes/full_finetune.py", SCRIPT))
+    native = str(tree.write(tree.site, "{p}nativelib/commands/train.py", SCRIPT))
+    sys.argv = ["x", "npu"]
+    rewrite.install([str(tree.proj)])
+    added = callers.register_native(tree.p + "nativelib")
+    try:
+        assert rewrite.hook.script_is_cuda_code(recipe) and not rewrite.hook.script_is_cuda_code(native)
+        assert runpy.run_path(recipe, run_name="__main__")["SEEN"]["npu_is_cuda"] is True
+        assert runpy.run_path(native, run_name="__main__")["SEEN"]["npu_is_cuda"] is False
+    finally:
+        callers.unregister_native(*added)
+
+
 SPAWN = '''\
 import multiprocessing
 import sys
