@@ -6,10 +6,22 @@ the user chose one) so the choice does not depend on probing order, and register
 calls get the real device answers). A CUDA user's ``deepspeed.init_distributed(dist_backend="nccl")`` reaches
 ``torch.distributed.init_process_group("nccl")``, which the core ``torch_distributed`` set maps to hccl.
 Checked against deepspeed 0.19.8 installed from PyPI (sdist, ``DS_BUILD_OPS=0``): on the emulator
-``get_accelerator()`` is ``NPU_Accelerator`` and ``init_distributed(dist_backend="nccl")`` ends on hccl. The NPU
-op builders (CANN compilation of fused Adam etc.) are not exercised.
+``get_accelerator()`` is ``NPU_Accelerator`` and ``init_distributed(dist_backend="nccl")`` ends on hccl.
+
+Op builders. DeepSpeed's NPU fused optimizers and inference ops are Python over torch_npu's kernels; its NPU
+builders compile only host ops: ZeRO-Offload's CPU optimizers (``cpu_adam``, ``cpu_adagrad``, ``cpu_lion``) and
+``async_io``. On an Ascend machine ``cpu_adam`` is DeepSpeed's ``csrc/adam`` C++ compiled with CANN's and
+torch_npu's include paths and linked to ``libascendcl`` and ``libtorch_npu`` (ASCEND_HOME_PATH, e.g.
+/usr/local/Ascend/ascend-toolkit/latest); the sources use neither. The emulated NPU has no CANN and no
+libtorch_npu, so there the three CPU optimizers' ops are built as DeepSpeed's CPU accelerator builds them (the
+same sources, its compiler flags, DeepSpeed's build cache; reported as a fallback): ZeRO-Offload with
+``offload_optimizer: cpu`` (ZeRO-2 and ZeRO-3) steps with DeepSpeedCPUAdam on the host, as on the machine, and
+matches a CPU run of the same script. No CANN is pretended: DeepSpeed still finds none and says so, once per
+process. ``async_io`` (NVMe offload) is not provided on the emulator.
 """
 from __future__ import annotations
+
+import functools
 
 from typing import TYPE_CHECKING
 
@@ -25,8 +37,9 @@ ds = PatchSet(
     native=("deepspeed",),
     id="deepspeed", title="DeepSpeed: DS_ACCELERATOR=npu, its native NPU paths",
     requires={"deepspeed": ">=0.14,<0.20"},
-    checked_against="deepspeed 0.19.8 (PyPI sdist, DS_BUILD_OPS=0) on the emulator; "
-                    "deepspeed/accelerator/real_accelerator.py, ops/op_builder/npu/builder.py",
+    checked_against="deepspeed 0.19.8 (PyPI sdist, DS_BUILD_OPS=0) on the emulator, ZeRO-Offload (ZeRO-2 and "
+                    "ZeRO-3, DeepSpeedCPUAdam) included; deepspeed/accelerator/real_accelerator.py, "
+                    "ops/op_builder/npu/builder.py, npu/cpu_adam.py",
 )
 
 
@@ -71,6 +84,44 @@ def installed_cann_path(ctx: PatchContext) -> Callable[..., Any]:
         return orig(self, *args, **kwargs)
 
     return wrapper
+
+
+@ds.patch("deepspeed.ops.op_builder.npu.builder:NPUOpBuilder.installed_cann_version", sweep=False,
+          id="deepspeed.cann_missing_once",
+          why="every NPU op builder looks for CANN when it is constructed and, without it, prints '<op> ascend_cann "
+              "is missing, npu ops cannot be compiled!'; `import deepspeed` constructs all of them (all_ops), and "
+              "each optimizer builds its own, so a process printed the line ~20 times (per rank).",
+          what="the first builder construction that finds no CANN fails as before (DeepSpeed prints its line once, "
+               "the report says why); later constructions get None (the builder as after that failure: no CANN "
+               "version, -D__DISABLE_CANN__). Other callers get the original's answer. With CANN, unchanged.",
+          remove_when="https://github.com/deepspeedai/DeepSpeed/blob/master/op_builder/npu/builder.py: "
+                      "NPUOpBuilder.__init__ prints 'ascend_cann is missing' once per builder")
+def cann_missing_once(ctx: PatchContext) -> Callable[..., Any]:
+    from ascend_shim.providers.deepspeed import cann_missing_once
+
+    return cann_missing_once(ctx)
+
+
+def host_build(ctx: PatchContext, module: str) -> Callable[..., Any]:
+    from ascend_shim.providers.deepspeed import host_jit_load
+
+    return host_jit_load(ctx, module)
+
+
+for _module, _klass, _optimizer in (("cpu_adam", "CPUAdamBuilder", "DeepSpeedCPUAdam"),
+                                    ("cpu_adagrad", "CPUAdagradBuilder", "DeepSpeedCPUAdagrad"),
+                                    ("cpu_lion", "CPULionBuilder", "DeepSpeedCPULion")):
+    ds.patch(f"deepspeed.ops.op_builder.npu.{_module}:{_klass}.jit_load", sweep=False,
+             id=f"deepspeed.{_module}_host_build", fidelity="exact",
+             why=f"DeepSpeed's NPU {_klass} compiles its host op ({_optimizer}, ZeRO-Offload's CPU optimizer) with "
+                 "CANN's include path and links libascendcl and libtorch_npu: on the emulated NPU (no CANN, "
+                 "torch_npu without its native library) it died in os.path.join(None, 'include').",
+             what=f"on the emulated NPU, the op is built and loaded as DeepSpeed's CPU accelerator builds it "
+                  f"(deepspeed.ops.op_builder.cpu.{_module}.{_klass}: the same csrc sources, -O3 -march=native "
+                  "-fopenmp and the host's SIMD width; DeepSpeed's build cache, TORCH_EXTENSIONS_DIR), reported as "
+                  "a fallback. Not applied with real NPUs, where DeepSpeed builds it against CANN.",
+             remove_when="never: the emulated NPU has no CANN to compile against")(
+        functools.partial(host_build, module=_module))
 
 
 PATCH_SETS = [ds]

@@ -2,7 +2,7 @@
 
 Exercised: accelerator selection (``get_accelerator()`` -> ``NPU_Accelerator``, which needs ``torch_npu``: the
 emulator provides it), and a CUDA user's ``deepspeed.init_distributed(dist_backend="nccl")`` ending on hccl
-(single process, world size 1). Not exercised: NPU op builders (CANN compilation), ZeRO / engine training.
+(single process, world size 1). The NPU op builders without CANN and ZeRO-Offload training: test_deepspeed_offload.py.
 CI installs it with the README test command:
 DS_BUILD_OPS=0 pip install --no-deps --no-build-isolation -r tests/requirements-nodeps.txt
 """
