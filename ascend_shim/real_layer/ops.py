@@ -48,6 +48,6 @@ def define_and_register(schemas: list[str] | None = None) -> list[str]:
 def _not_emulated(name: str):
     def kernel(*args, **kwargs):
         raise NotEmulatedError(f"torch.ops.npu.{name} is not emulated: the emulated NPU implements the fused "
-                               f"attention, rotary, RMSNorm and SwiGLU ops and torch_npu's storage helpers; run "
+                               f"attention, rotary, RMSNorm, SwiGLU and GeGLU ops and torch_npu's storage helpers; run "
                                f"this op on an Ascend machine")
     return kernel

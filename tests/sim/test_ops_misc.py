@@ -252,9 +252,10 @@ def test_fused_adamw_rejects_host_params():
 def test_all_names():
     assert set(ops.__all__) == {"npu_fusion_attention", "npu_fusion_attention_grad", "npu_prompt_flash_attention",
                                 "npu_incre_flash_attention", "npu_fused_infer_attention_score", "npu_rotary_mul",
-                                "npu_rms_norm", "npu_swiglu"}
+                                "npu_rms_norm", "npu_swiglu", "npu_geglu"}
     for name in ops.__all__:
         assert callable(getattr(ops, name))
     sig = inspect.signature(ops.npu_rotary_mul).parameters
     assert list(sig) == ["input", "r1", "r2", "rotary_mode", "rotate"] and sig["rotary_mode"].default == "half"
     assert list(inspect.signature(ops.npu_swiglu).parameters) == ["input", "dim"]
+    assert list(inspect.signature(ops.npu_geglu).parameters) == ["input", "dim", "approximate", "activate_left"]

@@ -30,7 +30,7 @@ where the hardware's behaviour is undocumented or where the emulator is stricter
 from ..errors import NotEmulatedError as NotEmulatedError  # public; not in __all__ (not a torch_npu name)
 from .fusion_attention import npu_fusion_attention, npu_fusion_attention_grad
 from .infer_attention import npu_fused_infer_attention_score, npu_incre_flash_attention, npu_prompt_flash_attention
-from .norm_act import npu_rms_norm, npu_swiglu
+from .norm_act import npu_geglu, npu_rms_norm, npu_swiglu
 from .rotary import npu_rotary_mul
 
 __all__ = [
@@ -42,4 +42,5 @@ __all__ = [
     "npu_rotary_mul",
     "npu_rms_norm",
     "npu_swiglu",
+    "npu_geglu",
 ]

@@ -2,7 +2,8 @@
 
 As torch_npu's C++ autograd does, a differentiable op runs *below* autograd (its PrivateUse1 kernel, or its Meta
 kernel under FakeTensor) and its backward calls the op's backward op through the dispatcher:
-``npu_rms_norm -> npu_rms_norm_backward``, ``npu_swiglu -> npu_swiglu_backward``, ``npu_rotary_mul ->
+``npu_rms_norm -> npu_rms_norm_backward``, ``npu_swiglu -> npu_swiglu_backward``, ``npu_geglu -> npu_geglu_grad``
+(its ``gelu`` output not differentiable, as op-plugin's derivatives.yaml declares), ``npu_rotary_mul ->
 npu_rotary_mul_backward``, ``npu_fusion_attention -> npu_fusion_attention_grad``. Traced (torch.compile,
 AOTAutograd) the forward and backward are then one node each, as on hardware. The other ops (inference attention,
 the backward ops themselves) are not differentiable: they run below autograd and their outputs need no grad.
@@ -89,6 +90,25 @@ class _SwiGlu(_OpFunction):
         return None, ctx.backward_op(grad, x, ctx.dim)
 
 
+class _GeGlu(_OpFunction):
+    INPUTS = ("self",)
+
+    @staticmethod
+    def forward(ctx, call, x):
+        y, gelu = call.below_autograd()
+        bound = call.bound
+        ctx.backward_op = call.sibling("npu_geglu_grad")
+        ctx.options = (bound["dim"], bound["approximate"], bound["activate_left"])
+        ctx.save_for_backward(x, gelu)
+        ctx.mark_non_differentiable(gelu)
+        return y, gelu
+
+    @staticmethod
+    def backward(ctx, grad, _dgelu):
+        x, gelu = ctx.saved_tensors
+        return None, ctx.backward_op(grad, x, gelu, *ctx.options)
+
+
 class _RotaryMul(_OpFunction):
     INPUTS = ("self", "r1", "r2", "rotate")
 
@@ -153,7 +173,7 @@ class _FusionAttention(_OpFunction):
 
 
 #: the differentiable ops and their autograd.Function (forward below autograd, backward through the backward op)
-FUNCTIONS: dict[str, type[_OpFunction]] = {"npu_rms_norm": _RmsNorm, "npu_swiglu": _SwiGlu,
+FUNCTIONS: dict[str, type[_OpFunction]] = {"npu_rms_norm": _RmsNorm, "npu_swiglu": _SwiGlu, "npu_geglu": _GeGlu,
                                            "npu_rotary_mul": _RotaryMul, "npu_fusion_attention": _FusionAttention}
 
 

@@ -35,6 +35,16 @@ def npu_swiglu_backward(grad_output, input, dim=-1):  # noqa: A002
     return torch.empty_like(input)
 
 
+def npu_geglu(input, dim=-1, approximate=1, activate_left=False):  # noqa: A002
+    shape = list(input.shape)
+    shape[dim] = shape[dim] // 2
+    return _empty(shape, input.dtype, input), _empty(shape, input.dtype, input)
+
+
+def npu_geglu_grad(grad_output, input, gelu, dim=-1, approximate=1, activate_left=False):  # noqa: A002
+    return torch.empty_like(input)
+
+
 def npu_rotary_mul(input, r1, r2, rotary_mode="half", rotate=None):  # noqa: A002
     return torch.empty_like(input)
 

@@ -33,9 +33,9 @@ __all__ = ["FUSED_OPS", "BACKWARD_OPS", "OPS", "release_schemas", "define_schema
 #: the fused ops of torch_npu the emulator implements
 FUSED_OPS = ("npu_fusion_attention", "npu_fusion_attention_grad", "npu_prompt_flash_attention",
              "npu_incre_flash_attention", "npu_fused_infer_attention_score", "npu_rotary_mul", "npu_rms_norm",
-             "npu_swiglu")
+             "npu_swiglu", "npu_geglu")
 #: the backward ops their derivatives call
-BACKWARD_OPS = ("npu_rms_norm_backward", "npu_rotary_mul_backward", "npu_swiglu_backward")
+BACKWARD_OPS = ("npu_rms_norm_backward", "npu_rotary_mul_backward", "npu_swiglu_backward", "npu_geglu_grad")
 #: every op :func:`register_kernels` has kernels for
 OPS = FUSED_OPS + BACKWARD_OPS
 
@@ -104,6 +104,8 @@ def _compute_kernels() -> dict:
         "npu_rms_norm_backward": norm_act.npu_rms_norm_backward,
         "npu_swiglu": norm_act.npu_swiglu,
         "npu_swiglu_backward": norm_act.npu_swiglu_backward,
+        "npu_geglu": norm_act.npu_geglu,
+        "npu_geglu_grad": norm_act.npu_geglu_grad,
     }
 
 

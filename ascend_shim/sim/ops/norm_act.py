@@ -1,4 +1,5 @@
-"""Emulated ``torch_npu.npu_rms_norm`` and ``torch_npu.npu_swiglu`` (with autograd, fp32 math).
+"""Emulated ``torch_npu.npu_rms_norm``, ``torch_npu.npu_swiglu`` and ``torch_npu.npu_geglu`` (with autograd, fp32
+math).
 
 * ``npu_rms_norm(input, gamma, epsilon=1e-06) -> (y, rstd)``: ``rstd = 1/sqrt(mean(x^2) + eps)`` over the trailing
   ``gamma.dim()`` dims, ``y = x * rstd * gamma``; ``rstd`` is fp32 shaped like ``input`` with the normalised dims
@@ -6,11 +7,19 @@
   gamma's dtype must equal the input dtype (torch_npu's documented constraints).
 * ``npu_swiglu(input, dim=-1) = silu(A) * B`` where ``A, B = input.chunk(2, dim)`` (A first); 1-8 dims, the split
   dim even.
+* ``npu_geglu(input, dim=-1, approximate=1, activate_left=False) -> (y, gelu)``: ``A, B = input.chunk(2, dim)``;
+  the activation takes the right half B (``activate_left=True``: the left half A) and ``y`` is the other half times
+  it: ``gelu = GELU(B)``, ``y = A * gelu``; ``approximate`` 0 is the erf GELU, 1 (the default) its tanh form. Both
+  outputs have the input's dtype, half its size along ``dim``; ``gelu`` is not differentiable. float16, bfloat16
+  and float32, 1-8 dims, the split dim even (aclnnGeGluV3's and torch_npu's Meta kernel's checks).
 * their backward ops, which the ops' autograd calls as on the NPU: ``npu_rms_norm_backward(dy, input, gamma, rstd)
-  -> (dx, dgamma)`` (dgamma in float32, as the NPU kernel returns it) and ``npu_swiglu_backward(grad_output, input,
-  dim=-1) -> dx``.
+  -> (dx, dgamma)`` (dgamma in float32, as the NPU kernel returns it), ``npu_swiglu_backward(grad_output, input,
+  dim=-1) -> dx`` and ``npu_geglu_grad(grad_output, input, gelu, dim=-1, approximate=1, activate_left=False) -> dx``
+  (the other half's gradient is ``grad_output * gelu``, from the ``gelu`` it is given, as aclnnGeGluV3Backward's).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -20,6 +29,8 @@ OP_RMS = "npu_rms_norm"
 OP_RMS_BACKWARD = "npu_rms_norm_backward"
 OP_SWIGLU = "npu_swiglu"
 OP_SWIGLU_BACKWARD = "npu_swiglu_backward"
+OP_GEGLU = "npu_geglu"
+OP_GEGLU_GRAD = "npu_geglu_grad"
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -138,3 +149,88 @@ def npu_swiglu_backward(grad_output, input, dim=-1):  # noqa: A002 - torch_npu's
     check(input.shape[d] % 2 == 0 and list(grad_output.shape) == expected, OP_SWIGLU_BACKWARD,
           f"grad_output shape {list(grad_output.shape)} must be the output shape {expected}")
     return _swiglu_grad(grad_output, input, d)
+
+
+# ------------------------------------------------------------------------------------------------------- geglu
+
+#: ``approximate`` of npu_geglu -> the GELU it names (0: erf, 1: tanh)
+_GELU_MODES = {0: "none", 1: "tanh"}
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_KAPPA = 0.044715
+
+
+def _geglu_halves(x, dim, activate_left):
+    """(the multiplied half, the activated half) of ``x`` along ``dim``, in float32."""
+    a, b = x.float().chunk(2, dim=dim)
+    return (b, a) if activate_left else (a, b)
+
+
+def _gelu_derivative(z, mode):
+    if mode == "tanh":
+        inner = _SQRT_2_OVER_PI * (z + _KAPPA * z * z * z)
+        t = torch.tanh(inner)
+        return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * _KAPPA * z * z)
+    return 0.5 * (1 + torch.erf(z * (1 / math.sqrt(2.0)))) + z * _INV_SQRT_2PI * torch.exp(-0.5 * z * z)
+
+
+def _geglu_grad(g, x, gelu, dim, approximate, activate_left):
+    value, gate = _geglu_halves(x, dim, activate_left)
+    gf = g.float()
+    d_value = gf * gelu.float()
+    d_gate = gf * value * _gelu_derivative(gate, _GELU_MODES[approximate])
+    halves = (d_gate, d_value) if activate_left else (d_value, d_gate)
+    return torch.cat(halves, dim=dim).to(x.dtype)
+
+
+class _GeGlu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, approximate, activate_left):
+        value, gate = _geglu_halves(x, dim, activate_left)
+        gelu = torch.nn.functional.gelu(gate, approximate=_GELU_MODES[approximate])
+        y, gelu = (value * gelu).to(x.dtype), gelu.to(x.dtype)
+        ctx.options = (dim, approximate, activate_left)
+        ctx.save_for_backward(x, gelu)
+        ctx.mark_non_differentiable(gelu)
+        return y, gelu
+
+    @staticmethod
+    def backward(ctx, g, _dgelu):
+        x, gelu = ctx.saved_tensors
+        return _geglu_grad(g, x, gelu, *ctx.options), None, None, None
+
+
+def _check_geglu_arguments(op, input, dim, approximate):  # noqa: A002 - torch_npu's name
+    nd = input.dim()
+    check(1 <= nd <= 8, op, f"dim num out of range [1, 8]: input has {nd} dims")
+    check(-nd <= dim <= nd - 1, op, f"attribute [dim] out of range [{-nd}, {nd - 1}], but got {dim}")
+    check(approximate in _GELU_MODES, op, f"approximate must be 0 (none) or 1 (tanh), but got {approximate}")
+    d = dim % nd
+    check(input.shape[d] % 2 == 0, op, f"input.shape[{dim}] = {input.shape[d]} must be divisible by 2")
+    return d
+
+
+def npu_geglu(input, dim=-1, approximate=1, activate_left=False):  # noqa: A002 - torch_npu's name
+    record(OP_GEGLU)
+    check_npu(OP_GEGLU, input=input)
+    return _npu_geglu(input, dim, approximate, activate_left)
+
+
+def _npu_geglu(input, dim=-1, approximate=1, activate_left=False):  # noqa: A002
+    check_float_dtypes(OP_GEGLU, _FLOATS, input=input)
+    d = _check_geglu_arguments(OP_GEGLU, input, dim, approximate)
+    return _GeGlu.apply(input, d, int(approximate), bool(activate_left))
+
+
+def npu_geglu_grad(grad_output, input, gelu, dim=-1, approximate=1, activate_left=False):  # noqa: A002
+    """The input gradient of ``npu_geglu`` from its ``gelu`` output."""
+    record(OP_GEGLU_GRAD)
+    check_npu(OP_GEGLU_GRAD, grad_output=grad_output, input=input, gelu=gelu)
+    check_float_dtypes(OP_GEGLU_GRAD, _FLOATS, grad_output=grad_output, input=input, gelu=gelu)
+    d = _check_geglu_arguments(OP_GEGLU_GRAD, input, dim, approximate)
+    expected = [*input.shape[:d], input.shape[d] // 2, *input.shape[d + 1:]]
+    check(list(grad_output.shape) == expected, OP_GEGLU_GRAD,
+          f"grad_output shape {list(grad_output.shape)} must be the output shape {expected}")
+    check(list(gelu.shape) == expected, OP_GEGLU_GRAD,
+          f"gelu shape {list(gelu.shape)} must be the output shape {expected}")
+    return _geglu_grad(grad_output, input, gelu, d, int(approximate), bool(activate_left))
