@@ -1,11 +1,12 @@
-"""The Hugging Face ``kernels`` hub: FA3 repositories are answered locally by the NPU FA3 provider.
+"""The Hugging Face ``kernels`` hub: FA3 repositories answered by the NPU FA3 provider, kernels' own NPU path else.
 
-``kernels.get_kernel("<repo>")`` downloads a compiled CUDA extension from the hub and imports it. On an NPU
-machine that is a network round trip for a binary that cannot load. The FlashAttention-3 repositories that
-CUDA projects load this way (nanochat: ``get_kernel("varunneal/flash-attention-3").flash_attn_interface``,
-``has_kernel("kernels-community/flash-attn3")``) are answered here, without any download, by
-``ascend_shim.providers.flash_attn.fa3``: the FA3 ``flash_attn_interface`` API on NPU fused attention.
-Other repositories go to the real ``kernels`` functions untouched.
+``kernels.get_kernel("<repo>")`` downloads a compiled extension from the hub and imports it, choosing the build
+variant for the machine itself: on an NPU, a CANN build (``torch-npu``, ``torch<XY>-cxx11-cann<XY>-...``), from the
+CANN version torch_npu reports. The FlashAttention-3 repositories that CUDA projects load this way (nanochat:
+``get_kernel("varunneal/flash-attention-3").flash_attn_interface``, ``has_kernel("kernels-community/flash-attn3")``)
+have no CANN build; they are answered here, without any download, by ``ascend_shim.providers.flash_attn.fa3``: the
+FA3 ``flash_attn_interface`` API on NPU fused attention. Other repositories go to the real ``kernels`` functions;
+where one has no NPU build, the page kernels raises (every variant it rejected) becomes one line.
 """
 from __future__ import annotations
 
@@ -21,18 +22,24 @@ if TYPE_CHECKING:
     from ascend_shim.context import PatchContext
 
 hf_kernels = PatchSet(
-    id="hf_kernels", title="kernels hub: FlashAttention-3 repositories answered by the NPU FA3 provider",
+    id="hf_kernels", title="kernels hub: FlashAttention-3 repositories answered by the NPU FA3 provider; one line "
+                           "for a repository without an NPU build",
     requires={"kernels": ">=0.4"},
     checked_against="kernels 0.17.2 (get_kernel / has_kernel signatures); nanochat @ 92d63d4 as the caller",
 )
 
 
 @hf_kernels.patch("kernels:get_kernel", covers=("kernels.get_kernel",),
-                  why="get_kernel downloads a CUDA build of the kernel from the hub; on an NPU machine it cannot "
-                      "load (and offline machines fail at the download).",
+                  why="get_kernel downloads the hub's build of the kernel for this machine's backend: the "
+                      "FlashAttention-3 repositories have no CANN (NPU) build (and offline machines fail at the "
+                      "download); for a repository without one, kernels raises a page listing every variant it "
+                      "rejected.",
                   what="for the FlashAttention-3 repositories (" + ", ".join(FA3_REPOS) + ") returns the NPU FA3 "
                        "provider (bare-tensor returns, window_size=(left, right), in-place kvcache) without "
-                       "touching the network; ImportError if the provider is absent. Other repositories: unchanged.",
+                       "touching the network; ImportError if the provider is absent. Other repositories: kernels' "
+                       "own resolution (its CANN build variants on the NPU); where a repository has none, on the NPU, "
+                       "UnsupportedOnNPUError (still kernels' FileNotFoundError) naming the repository, the builds it "
+                       "has and what to do, instead of kernels' page of rejected variants.",
                   remove_when="https://huggingface.co/kernels-community/flash-attn3: the hub's FlashAttention-3 "
                               "repositories have no CANN (NPU) build, which kernels could load")
 def get_kernel(ctx: PatchContext) -> Callable[..., Any]:

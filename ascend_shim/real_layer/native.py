@@ -131,6 +131,8 @@ def _init_extension():
     from ..sim import op_coverage, tensor_types
     from .loader import prepared_metadata
 
+    if "ASCEND_HOME_PATH" in _CANN_ENV_SET:
+        _collect_env_reports_the_emulated_cann()
     for name in _CANN_ENV_SET:
         os.environ.pop(name, None)
     _CANN_ENV_SET.clear()
@@ -372,6 +374,31 @@ def _cann_environment_for_import(where) -> None:
         if name not in os.environ:
             os.environ[name] = value
             _CANN_ENV_SET.append(name)
+
+
+def _collect_env_reports_the_emulated_cann() -> None:
+    """``torch_npu.utils.collect_env.get_cann_version()`` reads the version record of the CANN toolkit under
+    ``ASCEND_HOME_PATH`` each time it is called, and answers ``not known`` without one: after the import, where the
+    emulated machine's CANN environment is no longer in place (the process environment is left as it was), it
+    would say so -- which the ``kernels`` hub parses into its CANN build variant (``InvalidVersion: 'n.t'``).
+    While ``ASCEND_HOME_PATH`` is unset it answers what the emulated machine's record says (:data:`CANN_VERSION`,
+    as the builtin layer and ``torch_npu.npu.utils.get_cann_version()`` do); with one, Huawei's function reads it."""
+    import functools
+    import importlib
+
+    try:
+        module = importlib.import_module("torch_npu.utils.collect_env")
+        original = module.get_cann_version
+    except (ImportError, AttributeError):  # a torch_npu without it: nothing reads it
+        return
+
+    @functools.wraps(original)
+    def get_cann_version():
+        if "ASCEND_HOME_PATH" not in os.environ:
+            return CANN_VERSION
+        return original()
+
+    setattr(module, "get_cann_version", get_cann_version)  # noqa: B010  (a module attribute mypy cannot see)
 
 
 def build(name: str = "torch_npu._C") -> types.ModuleType:
