@@ -14,8 +14,10 @@ the CANN environment (``ASCEND_HOME_PATH`` / ``ASCEND_TOOLKIT_HOME``, ``LD_LIBRA
 driver (``/usr/local/Ascend/driver``, its ``version.info``), ``npu-smi`` and the ``/dev/davinciN`` nodes; the
 visible devices (``ASCEND_RT_VISIBLE_DEVICES`` vs a leftover ``CUDA_VISIBLE_DEVICES``); the HCCL variables;
 leftover ``NCCL_*`` variables; the target libraries of the registered patch sets against the version ranges
-those sets declare (read from the patch-set metadata, never from a list kept here); vllm / vllm-ascend /
-numpy; flash-attn vs flash-attn-npu; and, on the emulator, the C++ toolchain it builds with and its build cache
+those sets declare (read from the patch-set metadata, never from a list kept here); vllm / vllm-ascend against
+vllm-ascend's release compatibility matrix (the exact vllm of each vllm-ascend release; for a listed release, the
+torch, torch_npu, Python and CANN it is released with, one line per difference) and numpy; flash-attn vs
+flash-attn-npu; and, on the emulator, the C++ toolchain it builds with and its build cache
 (owner and mode, the integrity of each cached extension, whether a build can be stored there).
 
 **CANN version source.** The version is read from ``<home>/<arch>-linux/ascend_toolkit_install.info``, the
@@ -342,14 +344,21 @@ def read_cann_version(path: str) -> str | None:
     return m.group(1) if m else None
 
 
+def installed_cann(e: Environment) -> tuple[str | None, str | None, str | None]:
+    """``(home, version file, version)`` of the CANN install (None for what is not found)."""
+    home, _ = _cann_home(e)
+    if not home or not os.path.isdir(home):
+        return None, None, None
+    path = find_cann_version_file(home, e.machine)
+    return home, path, read_cann_version(path) if path else None
+
+
 def check_cann_version(ctx: _Ctx) -> list[Check]:
     e = ctx.e
-    home, how = _cann_home(e)
-    if not home or not os.path.isdir(home):
+    home, path, version = installed_cann(e)
+    if not home:
         return [Check("cann-version", ctx.hw("warn"), "CANN version unknown: no CANN install found",
                       "install the CANN toolkit and source its set_env.sh")]
-    path = find_cann_version_file(home, e.machine)
-    version = read_cann_version(path) if path else None
     if not version:
         return [Check("cann-version", ctx.hw("warn"), f"CANN version unknown: no readable ascend_toolkit_install.info "
                       f"under {home}", "check the CANN install (reinstall the toolkit if the file is missing)")]
@@ -639,32 +648,53 @@ def check_target_libraries(ctx: _Ctx) -> list[Check]:
     return out
 
 
-def _numpy_spec(ctx: _Ctx, va: str) -> tuple[str, str]:
-    """numpy's requirement for vllm-ascend ``va``."""
-    return versions.numpy_requirement(va, ctx.e.requires_of("vllm-ascend") or ctx.e.requires_of("vllm_ascend"))
+def _numpy_check(ctx: _Ctx, va: str) -> Check:
+    """numpy against vllm-ascend ``va``'s requirement."""
+    e = ctx.e
+    spec, source = versions.numpy_requirement(va, e.requires_of("vllm-ascend") or e.requires_of("vllm_ascend"))
+    np_v = e.version_of("numpy")
+    if np_v is None:
+        return Check("numpy", "warn", "numpy is not installed (vllm-ascend needs it)", f"pip install 'numpy{spec}'")
+    if not spec:
+        return Check("numpy", "ok", f"numpy {np_v}: {source}")
+    if not versions.satisfies(np_v, spec):
+        return Check("numpy", "FAIL", f"numpy {np_v} does not satisfy numpy{spec} ({source})",
+                     f"pip install 'numpy{spec}'")
+    return Check("numpy", "ok", f"numpy {np_v} satisfies numpy{spec} ({source})")
+
+
+def _vllm_stack(ctx: _Ctx, entry: versions.Release) -> list[Check]:
+    """torch, torch_npu, Python and CANN against vllm-ascend's release: one line per mismatch, else one ok line."""
+    e = ctx.e
+    npu_v = e.version_of("torch_npu")
+    cann = installed_cann(e)[2] if ctx.hardware else None
+    parts = versions.stack_pairings(entry, e.version_of("torch"), npu_v, e.python_version, cann, e.machine)
+    if npu_v is None and not ctx.hardware:
+        parts.pop("torch-npu")  # the emulator needs no torch_npu
+    bad = {name: p for name, p in parts.items() if p.ok is not True}
+    if not bad:
+        return [Check("vllm-stack", "ok", f"{', '.join(p.message for p in parts.values())}: as vllm-ascend "
+                      f"{entry.ascend} is released")]
+    return [Check(f"vllm-{name}", ctx.hw("FAIL" if p.ok is False else "warn"), p.message, p.fix)
+            for name, p in bad.items()]
 
 
 def check_vllm(ctx: _Ctx) -> list[Check]:
+    """vllm / vllm-ascend against vllm-ascend's release matrix; for a listed release, torch / torch_npu / Python /
+    CANN against what it is released with; numpy against its requirement."""
     e = ctx.e
     vllm, va = e.version_of("vllm"), e.version_of("vllm-ascend") or e.version_of("vllm_ascend")
-    out = []
-    if va:
-        pairing = versions.vllm_pairing(vllm, va)
-        out.append(Check("vllm", "ok" if pairing.ok else "FAIL", pairing.message, pairing.fix))
-        spec, source = _numpy_spec(ctx, va)
-        np_v = e.version_of("numpy")
-        if np_v is None:
-            out.append(Check("numpy", "warn", "numpy is not installed (vllm-ascend needs it)",
-                             f"pip install 'numpy{spec}'"))
-        elif not versions.satisfies(np_v, spec):
-            out.append(Check("numpy", "FAIL", f"numpy {np_v} does not satisfy numpy{spec} ({source})",
-                             f"pip install 'numpy{spec}'"))
-        else:
-            out.append(Check("numpy", "ok", f"numpy {np_v} satisfies numpy{spec} ({source})"))
-    elif vllm:
-        pairing = versions.vllm_pairing(vllm, None)
-        out.append(Check("vllm", ctx.hw("warn"), pairing.message, pairing.fix))
-    return out
+    if not va:
+        if not vllm:
+            return []
+        pairing = versions.vllm_pairing(vllm, None, e.python_version, e.machine)
+        return [Check("vllm", ctx.hw("warn"), pairing.message, pairing.fix)]
+    pairing = versions.vllm_pairing(vllm, va, e.python_version, e.machine)
+    out = [Check("vllm", {True: "ok", False: "FAIL", None: "warn"}[pairing.ok], pairing.message, pairing.fix)]
+    entry = versions.ascend_release(va)
+    if entry is not None:
+        out += _vllm_stack(ctx, entry)
+    return out + [_numpy_check(ctx, va)]
 
 
 def check_flash_attn(ctx: _Ctx) -> list[Check]:

@@ -5,8 +5,10 @@ The one home of every version rule, so that ``doctor``, the patch sets and activ
 * torch_npu is built against one torch release: its base version ``X.Y.Z`` must equal torch's (a ``.postN``
   is a rebuild of the same release). torch 2.13.1 with torch_npu 2.13.0 is a mismatch: torch_npu's own
   requirement (``torch==2.13.0.*``) refuses it.
-* vllm-ascend follows vllm's release line ``X.Y``; numpy follows vllm-ascend's own requirement, else the
-  documented ``numpy<2`` up to vllm-ascend 0.19.
+* vllm / vllm-ascend pair as vllm-ascend's release compatibility matrix says (:mod:`ascend_shim.vllm_ascend_matrix`):
+  each vllm-ascend release with its exact vllm, torch, torch_npu, CANN and Python; a vllm-ascend release the matrix
+  does not list is checked against vllm's release line ``X.Y`` only (its versions follow vllm's). numpy follows
+  vllm-ascend's own requirement, else its release's, else the documented ``numpy<2`` up to vllm-ascend 0.19.
 * the CANN release each torch_npu build was published for, and the Pythons each torch_npu line has wheels for.
 * a project used from a source checkout (no distribution metadata) is gated on the literal ``__version__`` of
   its version file, read without importing it (:class:`Project`).
@@ -14,12 +16,18 @@ The one home of every version rule, so that ``doctor``, the patch sets and activ
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import importlib.util
 import io
+import platform
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+
+from . import vllm_ascend_matrix as matrix
+from .vllm_ascend_matrix import Release
 
 
 #: Python versions with torch_npu wheels, per torch_npu release line
@@ -181,7 +189,8 @@ def line(version: str | None) -> str | None:
 # -- pairing rules --------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Pairing:
-    """The verdict on two installed versions: ``ok`` True / False, or None when they cannot be compared."""
+    """The verdict on installed versions: ``ok`` True; False: it cannot work; None: it cannot be judged, or differs
+    from what was released together in a way that may work (a warning)."""
 
     ok: bool | None
     message: str
@@ -201,20 +210,234 @@ def torch_npu_pairing(torch_version: str, npu_version: str) -> Pairing:
                    f"(or torch-npu=={base(torch_version)}.*)")
 
 
-def vllm_pairing(vllm_version: str | None, ascend_version: str | None) -> Pairing:
+# -- vllm / vllm-ascend: vllm-ascend's release compatibility matrix ------------------------------------------
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+@functools.lru_cache(maxsize=512)
+def _version(version: str | None):
+    """``packaging``'s Version, or None for no or an invalid version."""
+    if not version:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version.strip())
+    except InvalidVersion:
+        return None
+
+
+def _public(version: str | None):
+    """The release a version names, a local label (``+empty`` of a source build) left out."""
+    v = _version(version)
+    return _version(v.public) if v is not None else None
+
+
+def ascend_release(ascend_version: str | None) -> Release | None:
+    """The matrix entry of an installed vllm-ascend (its local label ignored), when recorded."""
+    want = _public(ascend_version)
+    return next((r for r in matrix.RELEASES if want is not None and _version(r.ascend) == want), None)
+
+
+def releases_for_vllm(vllm_version: str | None) -> list[Release]:
+    """The vllm-ascend releases made for a vllm version, newest first."""
+    want = _public(vllm_version)
+    found = [r for r in matrix.RELEASES if want is not None and any(_version(v) == want for v in r.vllm)]
+    return sorted(found, key=lambda r: _version(r.ascend), reverse=True)
+
+
+def newest_release(final: bool = False) -> Release:
+    """The newest vllm-ascend release recorded (``final``: the newest final release)."""
+    pool = [r for r in matrix.RELEASES if not (final and _version(r.ascend).is_prerelease)]
+    return max(pool, key=lambda r: _version(r.ascend))
+
+
+def _beyond(version: str, known: Iterable[str]) -> bool:
+    """Whether ``version`` is newer than every version in ``known``."""
+    v = _public(version)
+    return v is not None and all(v > _version(k) for k in known)
+
+
+def vllm_beyond_matrix(vllm_version: str) -> bool:
+    return _beyond(vllm_version, (v for r in matrix.RELEASES for v in r.vllm))
+
+
+def ascend_beyond_matrix(ascend_version: str) -> bool:
+    return _beyond(ascend_version, (r.ascend for r in matrix.RELEASES))
+
+
+def _matrix_end() -> str:
+    newest, final = newest_release(), newest_release(final=True)
+    text = f"the vllm-ascend releases it knows end at {newest.ascend} for vllm {newest.vllm[0]}"
+    return text + (f" (newest final release: {final.ascend} for vllm {final.vllm[0]})" if final != newest else "")
+
+
+def stack_of(r: Release) -> str:
+    return f"torch {r.torch} / torch_npu {r.torch_npu}, CANN {r.cann}, Python {r.python}"
+
+
+def pip_torch_npu(version: str, python: tuple[int, ...] | None = None, machine: str | None = None) -> str:
+    """The command that installs torch_npu ``version``: PyPI, or where vllm-ascend's docs say the build is."""
+    where = matrix.TORCH_NPU_OFF_PYPI.get(version)
+    if where is None:
+        return f"pip install torch-npu=={version}"
+    if where.endswith(".whl"):
+        py = python or tuple(sys.version_info[:2])
+        arch = (machine or platform.machine()).lower()
+        arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+        return "pip install " + where.format(py=f"cp{py[0]}{py[1]}", arch=arch)
+    return f"pip install torch-npu=={version} --extra-index-url {where}"
+
+
+def pip_pair(r: Release, python: tuple[int, ...] | None = None, machine: str | None = None) -> str:
+    """The commands that install a release of the matrix: vllm first, then vllm-ascend (and a torch_npu build
+    PyPI lacks)."""
+    cmd = f"pip install vllm=={r.vllm[0]} && pip install vllm-ascend=={r.ascend}"
+    if r.torch_npu in matrix.TORCH_NPU_OFF_PYPI:
+        cmd += " && " + pip_torch_npu(r.torch_npu, python, machine)
+    return cmd
+
+
+def _names(releases: list[Release]) -> str:
+    return ", ".join(r.ascend for r in releases)
+
+
+def vllm_pairing(vllm_version: str | None, ascend_version: str | None, python: tuple[int, ...] | None = None,
+                 machine: str | None = None) -> Pairing:
+    """vllm and vllm-ascend against the matrix: the exact vllm each vllm-ascend release is made for."""
+    where = (python, machine)
     if ascend_version is None:
-        return Pairing(False, f"vllm-ascend is not installed: vllm {vllm_version} has no NPU platform",
-                       f"pip install vllm-ascend=={base(vllm_version or '')}.* (the release line of vllm "
-                       f"{line(vllm_version)})")
+        return _vllm_alone(vllm_version or "", *where)
+    entry = ascend_release(ascend_version)
     if vllm_version is None:
-        return Pairing(False, f"vllm-ascend {ascend_version} is installed without vllm",
-                       f"pip install 'vllm=={line(ascend_version)}.*'")
+        return _ascend_alone(ascend_version, entry, *where)
+    if entry is None:
+        return _unrecorded_pair(vllm_version, ascend_version, *where)
+    if _public(vllm_version) in [_version(v) for v in entry.vllm]:
+        return Pairing(True, f"vllm {vllm_version} / vllm-ascend {ascend_version}: a released pair (vllm-ascend "
+                             f"{entry.ascend} is released for vllm {' / '.join(entry.vllm)})")
+    return _mismatched_pair(vllm_version, ascend_version, entry, *where)
+
+
+def _vllm_alone(vllm_version: str, python, machine) -> Pairing:
+    head = f"vllm-ascend is not installed: vllm {vllm_version} has no NPU platform"
+    found = releases_for_vllm(vllm_version)
+    if found:
+        return Pairing(False, f"{head}; vllm-ascend {_names(found)} {'is' if len(found) == 1 else 'are'} released for "
+                              f"vllm {vllm_version} ({found[0].ascend}: {stack_of(found[0])})",
+                       _ascend_for(vllm_version, python, machine))
+    newest = newest_release()
+    if vllm_beyond_matrix(vllm_version):
+        why = f"no vllm-ascend release for vllm {vllm_version} is known to ascend-shim: {_matrix_end()}"
+    else:
+        same = [r for r in matrix.RELEASES if line(r.vllm[0]) == line(vllm_version)]
+        why = f"vllm-ascend has no release for vllm {vllm_version}" + (
+            f" (its releases for vllm {line(vllm_version)}.x: " + ", ".join(f"{r.ascend} for vllm {r.vllm[0]}"
+                                                                           for r in same) + ")" if same else "")
+    return Pairing(False, f"{head}, and {why}",
+                   f"{pip_pair(newest, python, machine)} (the newest released pair; {stack_of(newest)})")
+
+
+def _ascend_alone(ascend_version: str, entry: Release | None, python, machine) -> Pairing:
+    head = f"vllm-ascend {ascend_version} is installed without vllm"
+    if entry is not None:
+        return Pairing(False, f"{head}: it is released for vllm {' / '.join(entry.vllm)}",
+                       f"pip install vllm=={entry.vllm[0]}")
+    if ascend_beyond_matrix(ascend_version):
+        return Pairing(False, f"{head}; vllm-ascend {ascend_version} is not known to ascend-shim, so neither is the "
+                              f"vllm it needs: {_matrix_end()}",
+                       f"install the vllm that vllm-ascend {ascend_version}'s release notes name (a vllm "
+                       f"{line(ascend_version)}.x release)")
+    same = sorted((r for r in matrix.RELEASES if line(r.ascend) == line(ascend_version)),
+                  key=lambda r: _version(r.ascend), reverse=True)
+    if not same:
+        return Pairing(False, f"{head}; vllm-ascend {ascend_version} is not a vllm-ascend release",
+                       f"{pip_pair(newest_release(), python, machine)} (the newest released pair)")
+    return Pairing(False, f"{head}; vllm-ascend {ascend_version} is not in vllm-ascend's release matrix, whose "
+                          f"{line(ascend_version)} releases are made for vllm "
+                          f"{' / '.join(sorted({v for r in same for v in r.vllm}))}",
+                   f"pip install vllm=={same[0].vllm[0]} (what vllm-ascend {same[0].ascend} is released for)")
+
+
+def _ascend_for(vllm_version: str, python, machine) -> str:
+    """The command installing the newest vllm-ascend released for ``vllm_version`` ("" when none is)."""
+    found = releases_for_vllm(vllm_version)
+    if not found:
+        return ""
+    fix = f"pip install vllm-ascend=={found[0].ascend}"
+    if found[0].torch_npu in matrix.TORCH_NPU_OFF_PYPI:
+        fix += " && " + pip_torch_npu(found[0].torch_npu, python, machine)
+    return fix
+
+
+def _mismatched_pair(vllm_version: str, ascend_version: str, entry: Release, python, machine) -> Pairing:
+    made_for = " / ".join(entry.vllm)
     if line(vllm_version) != line(ascend_version):
+        message = (f"vllm {vllm_version} and vllm-ascend {ascend_version} are different release lines: vllm-ascend "
+                   f"{ascend_version} is built for vllm {line(ascend_version)}.x (released for vllm {made_for})")
+    else:
+        message = (f"vllm {vllm_version} does not pair with vllm-ascend {ascend_version}: vllm-ascend "
+                   f"{ascend_version} is released for vllm {made_for}")
+    other = _ascend_for(vllm_version, python, machine)
+    return Pairing(False, message, f"pip install vllm=={entry.vllm[0]} (install vllm first, then vllm-ascend)"
+                   + (f"; or keep vllm {vllm_version}: {other}" if other else ""))
+
+
+def _unrecorded_pair(vllm_version: str, ascend_version: str, python, machine) -> Pairing:
+    """A vllm-ascend the matrix does not list (a newer or an unlisted release, a source build): its versions
+    follow vllm's, so only the release line is checked."""
+    if line(vllm_version) != line(ascend_version):
+        other = _ascend_for(vllm_version, python, machine)
         return Pairing(False, f"vllm {vllm_version} and vllm-ascend {ascend_version} are different release lines: "
                               f"vllm-ascend {ascend_version} is built for vllm {line(ascend_version)}.x",
-                       f"pip install 'vllm=={line(ascend_version)}.*' (install vllm first, then vllm-ascend)")
-    return Pairing(True, f"vllm {vllm_version} / vllm-ascend {ascend_version}: same release line "
-                         f"{line(ascend_version)}")
+                       f"{other} (released for vllm {vllm_version})" if other else
+                       f"{pip_pair(newest_release(), python, machine)} (the newest released pair)")
+    if ascend_beyond_matrix(ascend_version):
+        return Pairing(None, f"vllm {vllm_version} / vllm-ascend {ascend_version}: same release line, but vllm-ascend "
+                             f"{ascend_version} is not known to ascend-shim, so its exact vllm, torch, torch_npu and "
+                             f"CANN are not checked: {_matrix_end()}",
+                       f"check vllm-ascend {ascend_version}'s release notes for the versions it needs")
+    other = _ascend_for(vllm_version, python, machine)
+    return Pairing(None, f"vllm {vllm_version} / vllm-ascend {ascend_version}: same release line, but vllm-ascend "
+                         f"{ascend_version} is not in vllm-ascend's release matrix (an unlisted release or a source "
+                         "build); its exact vllm, torch, torch_npu and CANN are not checked",
+                   f"nothing, or for a checked pair: {other} (released for vllm {vllm_version})" if other else
+                   f"check vllm-ascend {ascend_version}'s release notes for the versions it needs")
+
+
+def stack_pairings(entry: Release, torch: str | None, torch_npu: str | None, python: tuple[int, ...],
+                   cann: str | None = None, machine: str | None = None) -> dict[str, Pairing]:
+    """torch, torch_npu, Python and (when known) CANN against what a vllm-ascend release is released with:
+    ``{"torch" | "torch-npu" | "python" | "cann": Pairing}`` (torch left out when not installed, CANN when unknown)."""
+    out = {}
+    if torch_npu is None:
+        out["torch-npu"] = Pairing(False, f"torch_npu is not installed: vllm-ascend {entry.ascend} is released "
+                                          f"with torch_npu {entry.torch_npu}",
+                                   pip_torch_npu(entry.torch_npu, python, machine))
+    if torch:
+        out["torch"] = _part("torch", torch, entry.torch, entry,
+                             f"pip install torch=={entry.torch} --index-url {TORCH_CPU_INDEX}")
+    if torch_npu:
+        out["torch-npu"] = _part("torch_npu", torch_npu, entry.torch_npu, entry,
+                                 pip_torch_npu(entry.torch_npu, python, machine))
+    py = ".".join(map(str, python[:3]))
+    out["python"] = (Pairing(True, f"Python {py}") if satisfies(py, entry.python) else
+                     Pairing(None, f"Python {py}: vllm-ascend {entry.ascend} is released for Python {entry.python}",
+                             f"use Python {entry.python} (a virtual environment with that interpreter)"))
+    if cann:
+        out["cann"] = (Pairing(True, f"CANN {cann}") if cann.upper() == entry.cann.upper() else
+                       Pairing(None, f"CANN {cann}: vllm-ascend {entry.ascend} is released with CANN {entry.cann}",
+                               f"install CANN {entry.cann} and source its set_env.sh"))
+    return out
+
+
+def _part(name: str, have: str, want: str, entry: Release, fix: str) -> Pairing:
+    """One package against the release: equal; the same base version (a different build: may work); or not."""
+    same = _version(have) == _version(want) or ("+" not in want and _public(have) == _version(want))
+    if same:
+        return Pairing(True, f"{name} {have}")
+    message = f"{name} {have}: vllm-ascend {entry.ascend} is released with {name} {want}"
+    return Pairing(None if base(have) == base(want) else False, message, fix)
 
 
 def pins_of(requires) -> dict[str, str]:
@@ -233,10 +456,15 @@ def pins_of(requires) -> dict[str, str]:
 
 
 def numpy_requirement(ascend_version: str, requires=()) -> tuple[str, str]:
-    """``(specifier, source)``: vllm-ascend's own numpy requirement, else the documented rule."""
+    """``(specifier, source)``: vllm-ascend's own numpy requirement, else its release's (``""``: any numpy),
+    else the documented rule."""
     pinned = pins_of(requires).get("numpy")
     if pinned:
         return pinned, "vllm-ascend's metadata"
+    entry = ascend_release(ascend_version)
+    if entry is not None and entry.numpy is not None:
+        return entry.numpy, (f"vllm-ascend {entry.ascend}'s requirement" if entry.numpy else
+                             f"vllm-ascend {entry.ascend} does not pin numpy")
     if (release(ascend_version) or ())[:2] >= NUMPY_UNPINNED_SINCE:
         return ">=1", "vllm-ascend >= 0.20 has no numpy pin"
     return "<2", "vllm-ascend's documented numpy<2 (up to 0.19)"

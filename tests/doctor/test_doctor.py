@@ -267,8 +267,10 @@ def test_target_libraries_come_from_patch_set_metadata(make):
      {"vllm": "ok", "numpy": "FAIL"}),                                    # the metadata's own bound wins
     ({"vllm-ascend": "0.11.0", "numpy": "1.26.4"}, None, {"vllm": "FAIL", "numpy": "ok"}),
     ({"vllm": "0.11.0"}, None, {"vllm": "warn"}),
-    ({"vllm": "0.14.1", "vllm-ascend": "0.14.0rc1", "numpy": "1.26.4"}, None, {"vllm": "ok", "numpy": "ok"}),
-    ({"vllm": "0.23.0", "vllm-ascend": "0.23.0", "numpy": "2.2.0"}, None, {"vllm": "ok", "numpy": "ok"}),
+    ({"vllm": "0.14.1", "vllm-ascend": "0.14.0rc1", "numpy": "1.26.4", "torch": "2.9.0+cpu", "torch_npu": "2.9.0"},
+     None, {"vllm": "ok", "numpy": "ok"}),
+    ({"vllm": "0.23.0", "vllm-ascend": "0.23.0", "numpy": "2.2.0", "torch": "2.10.0", "torch_npu": "2.10.0.post4"},
+     None, {"vllm": "ok", "numpy": "ok"}),
 ])
 def test_vllm_pairing(make, versions_, requires, expect):
     _, checks, code = run(make(versions=versions_, requires=requires))
