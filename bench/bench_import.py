@@ -5,7 +5,9 @@ on PYTHONPATH with ASCEND_SHIM=1):
 
 * ``import torch`` and ``import torch, transformers``: active on the emulated NPU vs. a plain interpreter.
   "active" includes the bootstrap, activation, bringing up the emulated NPU and every patch whose target
-  gets imported; the in-process import time and the whole interpreter's wall time are both shown.
+  gets imported; the in-process import time and the whole interpreter's wall time are both shown. The emulated
+  NPU's layer is the one a dry run gets (Huawei's torch_npu Python once ``fetch-torch-npu`` ran: its import,
+  which an Ascend machine pays too, is in the active side), and a row with the emulator's own layer.
 * a whole short program on the NPU: ``tiny.py`` written for CUDA (a model step on "cuda") run by
   ``python -m ascend_shim run --simulate`` vs. the same program hand-ported to "npu" that brings the emulator
   up itself (``ascend_shim.sim.install()``, what a port to the emulated NPU needs) -- the emulator's own cost is
@@ -40,12 +42,12 @@ print(float(loss))
 '''
 
 
-def _env(active: bool) -> dict:
+def _env(active: bool, layer: str = "auto") -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("ASCEND_SHIM") and k != "PYTHONDONTWRITEBYTECODE"}
     env["ASCEND_SHIM_LOG"] = "off"
     if active:
-        env.update(ASCEND_SHIM="1", ASCEND_SHIM_BACKEND="sim",
+        env.update(ASCEND_SHIM="1", ASCEND_SHIM_BACKEND="sim", ASCEND_SHIM_SIM_LAYER=layer,
                    PYTHONPATH=os.pathsep.join(filter(None, [BOOTSTRAP, env.get("PYTHONPATH")])))
     return env
 
@@ -62,9 +64,9 @@ def _timed(argv, env) -> tuple[float, float]:
     return inner, wall
 
 
-def import_sample(modules: str, active: bool) -> tuple[float, float]:
+def import_sample(modules: str, active: bool, layer: str = "auto") -> tuple[float, float]:
     code = f"import time; t = time.perf_counter(); import {modules}; print(time.perf_counter() - t)"
-    return _timed([sys.executable, "-c", code], _env(active))
+    return _timed([sys.executable, "-c", code], _env(active, layer))
 
 
 def program_sample(folder: str, shim: bool) -> tuple[float, float]:
@@ -85,6 +87,7 @@ def main():
         f.write("import ascend_shim.sim\nascend_shim.sim.install()\n" + TINY.format(device="npu"))
     rows = {
         "import torch": lambda active: import_sample("torch", active),
+        "import torch (builtin layer)": lambda active: import_sample("torch", active, "builtin"),
         "import torch, transformers": lambda active: import_sample("torch, transformers", active),
         "program on the NPU": lambda active: program_sample(folder, active),
     }

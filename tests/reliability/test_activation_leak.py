@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-CYCLES = 100
-LIMIT = 5 * 1024  # bytes over all cycles: about 50 per cycle
+CYCLES = 60
+LIMIT = 3 * 1024  # bytes over all cycles: about 50 per cycle
 
 _SCRIPT = f"""
     import gc, inspect, sys, tracemalloc, weakref
