@@ -20,14 +20,16 @@ import functools
 import importlib.metadata
 import importlib.util
 import io
-import platform
 import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import vllm_ascend_matrix as matrix
-from .vllm_ascend_matrix import Release
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from .vllm_ascend_matrix import Release
 
 
 #: Python versions with torch_npu wheels, per torch_npu release line
@@ -214,6 +216,13 @@ def torch_npu_pairing(torch_version: str, npu_version: str) -> Pairing:
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
+def _matrix() -> ModuleType:
+    """The recorded matrix, imported when a vllm rule is asked (doctor, the vllm set), not at every start-up."""
+    from . import vllm_ascend_matrix
+
+    return vllm_ascend_matrix
+
+
 @functools.lru_cache(maxsize=512)
 def _version(version: str | None):
     """``packaging``'s Version, or None for no or an invalid version."""
@@ -236,19 +245,19 @@ def _public(version: str | None):
 def ascend_release(ascend_version: str | None) -> Release | None:
     """The matrix entry of an installed vllm-ascend (its local label ignored), when recorded."""
     want = _public(ascend_version)
-    return next((r for r in matrix.RELEASES if want is not None and _version(r.ascend) == want), None)
+    return next((r for r in _matrix().RELEASES if want is not None and _version(r.ascend) == want), None)
 
 
 def releases_for_vllm(vllm_version: str | None) -> list[Release]:
     """The vllm-ascend releases made for a vllm version, newest first."""
     want = _public(vllm_version)
-    found = [r for r in matrix.RELEASES if want is not None and any(_version(v) == want for v in r.vllm)]
+    found = [r for r in _matrix().RELEASES if want is not None and any(_version(v) == want for v in r.vllm)]
     return sorted(found, key=lambda r: _version(r.ascend), reverse=True)
 
 
 def newest_release(final: bool = False) -> Release:
     """The newest vllm-ascend release recorded (``final``: the newest final release)."""
-    pool = [r for r in matrix.RELEASES if not (final and _version(r.ascend).is_prerelease)]
+    pool = [r for r in _matrix().RELEASES if not (final and _version(r.ascend).is_prerelease)]
     return max(pool, key=lambda r: _version(r.ascend))
 
 
@@ -259,11 +268,11 @@ def _beyond(version: str, known: Iterable[str]) -> bool:
 
 
 def vllm_beyond_matrix(vllm_version: str) -> bool:
-    return _beyond(vllm_version, (v for r in matrix.RELEASES for v in r.vllm))
+    return _beyond(vllm_version, (v for r in _matrix().RELEASES for v in r.vllm))
 
 
 def ascend_beyond_matrix(ascend_version: str) -> bool:
-    return _beyond(ascend_version, (r.ascend for r in matrix.RELEASES))
+    return _beyond(ascend_version, (r.ascend for r in _matrix().RELEASES))
 
 
 def _matrix_end() -> str:
@@ -278,11 +287,13 @@ def stack_of(r: Release) -> str:
 
 def pip_torch_npu(version: str, python: tuple[int, ...] | None = None, machine: str | None = None) -> str:
     """The command that installs torch_npu ``version``: PyPI, or where vllm-ascend's docs say the build is."""
-    where = matrix.TORCH_NPU_OFF_PYPI.get(version)
+    where = _matrix().TORCH_NPU_OFF_PYPI.get(version)
     if where is None:
         return f"pip install torch-npu=={version}"
     if where.endswith(".whl"):
         py = python or tuple(sys.version_info[:2])
+        import platform
+
         arch = (machine or platform.machine()).lower()
         arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
         return "pip install " + where.format(py=f"cp{py[0]}{py[1]}", arch=arch)
@@ -292,8 +303,13 @@ def pip_torch_npu(version: str, python: tuple[int, ...] | None = None, machine: 
 def pip_pair(r: Release, python: tuple[int, ...] | None = None, machine: str | None = None) -> str:
     """The commands that install a release of the matrix: vllm first, then vllm-ascend (and a torch_npu build
     PyPI lacks)."""
-    cmd = f"pip install vllm=={r.vllm[0]} && pip install vllm-ascend=={r.ascend}"
-    if r.torch_npu in matrix.TORCH_NPU_OFF_PYPI:
+    return _with_off_pypi_torch_npu(f"pip install vllm=={r.vllm[0]} && pip install vllm-ascend=={r.ascend}", r,
+                                    python, machine)
+
+
+def _with_off_pypi_torch_npu(cmd: str, r: Release, python, machine) -> str:
+    """``cmd``, then the install of the release's torch_npu build where PyPI lacks it."""
+    if r.torch_npu in _matrix().TORCH_NPU_OFF_PYPI:
         cmd += " && " + pip_torch_npu(r.torch_npu, python, machine)
     return cmd
 
@@ -330,7 +346,7 @@ def _vllm_alone(vllm_version: str, python, machine) -> Pairing:
     if vllm_beyond_matrix(vllm_version):
         why = f"no vllm-ascend release for vllm {vllm_version} is known to ascend-shim: {_matrix_end()}"
     else:
-        same = [r for r in matrix.RELEASES if line(r.vllm[0]) == line(vllm_version)]
+        same = [r for r in _matrix().RELEASES if line(r.vllm[0]) == line(vllm_version)]
         why = f"vllm-ascend has no release for vllm {vllm_version}" + (
             f" (its releases for vllm {line(vllm_version)}.x: " + ", ".join(f"{r.ascend} for vllm {r.vllm[0]}"
                                                                            for r in same) + ")" if same else "")
@@ -348,7 +364,7 @@ def _ascend_alone(ascend_version: str, entry: Release | None, python, machine) -
                               f"vllm it needs: {_matrix_end()}",
                        f"install the vllm that vllm-ascend {ascend_version}'s release notes name (a vllm "
                        f"{line(ascend_version)}.x release)")
-    same = sorted((r for r in matrix.RELEASES if line(r.ascend) == line(ascend_version)),
+    same = sorted((r for r in _matrix().RELEASES if line(r.ascend) == line(ascend_version)),
                   key=lambda r: _version(r.ascend), reverse=True)
     if not same:
         return Pairing(False, f"{head}; vllm-ascend {ascend_version} is not a vllm-ascend release",
@@ -364,10 +380,7 @@ def _ascend_for(vllm_version: str, python, machine) -> str:
     found = releases_for_vllm(vllm_version)
     if not found:
         return ""
-    fix = f"pip install vllm-ascend=={found[0].ascend}"
-    if found[0].torch_npu in matrix.TORCH_NPU_OFF_PYPI:
-        fix += " && " + pip_torch_npu(found[0].torch_npu, python, machine)
-    return fix
+    return _with_off_pypi_torch_npu(f"pip install vllm-ascend=={found[0].ascend}", found[0], python, machine)
 
 
 def _mismatched_pair(vllm_version: str, ascend_version: str, entry: Release, python, machine) -> Pairing:

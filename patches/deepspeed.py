@@ -102,10 +102,10 @@ def cann_missing_once(ctx: PatchContext) -> Callable[..., Any]:
     return cann_missing_once(ctx)
 
 
-def host_build(ctx: PatchContext, module: str) -> Callable[..., Any]:
+def host_build(ctx: PatchContext, module: str, klass: str) -> Callable[..., Any]:
     from ascend_shim.providers.deepspeed import host_jit_load
 
-    return host_jit_load(ctx, module)
+    return host_jit_load(ctx, module, klass)
 
 
 for _module, _klass, _optimizer in (("cpu_adam", "CPUAdamBuilder", "DeepSpeedCPUAdam"),
@@ -121,7 +121,7 @@ for _module, _klass, _optimizer in (("cpu_adam", "CPUAdamBuilder", "DeepSpeedCPU
                   "-fopenmp and the host's SIMD width; DeepSpeed's build cache, TORCH_EXTENSIONS_DIR), reported as "
                   "a fallback. Not applied with real NPUs, where DeepSpeed builds it against CANN.",
              remove_when="never: the emulated NPU has no CANN to compile against")(
-        functools.partial(host_build, module=_module))
+        functools.partial(host_build, module=_module, klass=_klass))
 
 
 PATCH_SETS = [ds]

@@ -24,24 +24,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ascend_shim.context import PatchContext
 
-#: the NPU builders of host ops: module of deepspeed.ops.op_builder.npu -> class; the CPU accelerator's module
-#: and class carry the same names (deepspeed.ops.op_builder.cpu)
-HOST_OPS = {"cpu_adam": "CPUAdamBuilder", "cpu_adagrad": "CPUAdagradBuilder", "cpu_lion": "CPULionBuilder"}
-
 HOST_BUILD = ("built for the host as DeepSpeed's CPU accelerator builds it (the same csrc sources; the emulated NPU "
               "has no libascendcl or libtorch_npu for the NPU builder to link, and the op uses neither)")
 
 CANN_HOME = "/usr/local/Ascend/ascend-toolkit/latest"
 
 
-def host_jit_load(ctx: PatchContext, module: str) -> Callable[..., Any]:
-    """``jit_load`` of DeepSpeed's NPU builder of a host op, on the emulated NPU: the CPU accelerator's builder of
-    the op builds and loads it (reported); with real NPUs the patch is not needed."""
+def host_jit_load(ctx: PatchContext, module: str, name: str) -> Callable[..., Any]:
+    """``jit_load`` of DeepSpeed's NPU builder ``name`` of a host op (deepspeed.ops.op_builder.npu.``module``), on
+    the emulated NPU: the CPU accelerator's builder of the same module and name builds and loads it (reported);
+    with real NPUs the patch is not needed."""
     from ascend_shim.errors import NotNeeded, TargetMissing
 
     if not ctx.emulated:
         raise NotNeeded("real NPUs: DeepSpeed builds the op against CANN (ASCEND_HOME_PATH)")
-    name, where = HOST_OPS[module], f"deepspeed.ops.op_builder.cpu.{module}"
+    where = f"deepspeed.ops.op_builder.cpu.{module}"
     try:
         host_module = importlib.import_module(where)
     except ImportError as exc:
