@@ -77,25 +77,18 @@ def _apply_patch(patch: Patch, config: Config, backend: str) -> list[patching.Ch
             if state == "outside":
                 raise TargetMissing(where)
         if patch.kind in ("replace", "wrap", "add"):
-            try:
-                ctx.owner, ctx.attr = patching.resolve(patch.target)
-                raw = patching.raw_get(ctx.owner, ctx.attr)
-            except (ImportError, AttributeError) as exc:
-                raw, ctx.owner = patching._MISSING, None
-                missing = f"{type(exc).__name__}: {exc}"
-            else:
-                missing = f"{patch.target} does not exist"
-            if raw is patching._MISSING and (patch.kind != "add" or ctx.owner is None):
-                reason = f"target missing ({missing}); upstream may have changed"
+            found = patching.locate(patch.target)
+            if found.missing and (patch.kind != "add" or found.owner is None):
+                reason = f"target missing ({found.missing}); upstream may have changed"
                 REPORT.record_patch(patch, "skipped", reason)
                 _fail(config, f"patch {patch.id} skipped: {reason}")
                 return []
-            ctx.original = None if raw is patching._MISSING else patching.bound(ctx.owner, raw)
-            value = patch.factory(ctx)
+            ctx.owner, ctx.attr, ctx.original = found.owner, found.attr, found.original
+            value = patch.build(ctx)
             main_change = ctx.replace(ctx.owner, ctx.attr, value, wrapper=patch.kind == "wrap",
                                       allow_missing=patch.kind == "add")
         else:
-            undo = patch.factory(ctx)
+            undo = patch.build(ctx)
             if callable(undo):
                 ctx.on_undo(undo)
     except NotNeeded as exc:
@@ -149,9 +142,7 @@ def _sweep() -> None:
     patching.sweep_aliases(changes)
     for change in changes:
         if change.aliases:
-            info = REPORT.patches.get(change.patch_id)
-            if info is not None:
-                info["aliases"] = [f"{m}.{n}" for m, n in change.aliases]
+            REPORT.record_aliases(change.patch_id, change.aliases)
 
 
 def _on_import(module_name: str, generation: int, module) -> None:
@@ -215,13 +206,18 @@ def _export_env(config: Config, backend: str, layer: str, root: bool) -> None:
     wanted = _activation_env(config, backend, layer)
     if root and "ASCEND_SHIM_ROOT_PID" not in os.environ:
         wanted["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if BOOTSTRAP_DIR not in paths:
-        wanted["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR] + paths)
+    wanted["PYTHONPATH"] = pythonpath_with_bootstrap(os.environ.get("PYTHONPATH", ""))
     for key, value in wanted.items():
         if os.environ.get(key) != value:
             _state.env_backup.setdefault(key, os.environ.get(key))
             os.environ[key] = value
+
+
+def pythonpath_with_bootstrap(pythonpath: str) -> str:
+    """``pythonpath`` with the bootstrap directory in front (as it is, when it holds it already): what makes every
+    Python started with it run the bootstrap ``sitecustomize``."""
+    paths = [p for p in pythonpath.split(os.pathsep) if p]
+    return pythonpath if BOOTSTRAP_DIR in paths else os.pathsep.join([BOOTSTRAP_DIR] + paths)
 
 
 def _restore_env() -> None:
@@ -234,37 +230,36 @@ def _restore_env() -> None:
 
 
 # -- public API ---------------------------------------------------------------------------------------------
-def activate(backend: str | None = None, *, disable=None, only=None, enable=None, strict: bool | None = None,
-             log_level: str | None = None, report: str | None = None, patch_modules=None,
-             inherit: bool = True, root: bool = True) -> None:
-    """Activate the shim (idempotent). Keywords mirror the ``ASCEND_SHIM_*`` toggles and override them.
+def activate(backend: str | None = None, *, inherit: bool = True, root: bool = True, **settings: object) -> None:
+    """Activate the shim (idempotent). The keywords are the settings (every ``ASCEND_SHIM_*`` variable but the
+    switch, named as the fields of :class:`~ascend_shim.config.Config`: ``sim_layer="builtin"``, ``log_level``,
+    ``disable`` ...) and override the environment's; ``None`` keeps it.
 
     ``backend``: ``"npu"``, ``"sim"`` or ``"auto"``. ``inherit``: export the settings so that child Python
     processes come up activated too. ``root=False`` (used by sitecustomize files): this process is not the
     one the user started on purpose; it prints an exit summary only if it patched something.
     """
     global _atexit_registered
-    _check_arguments(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
-                     log_level=log_level, report=report, patch_modules=patch_modules, inherit=inherit, root=root)
+    for name, value in (("inherit", inherit), ("root", root)):
+        if not isinstance(value, bool):
+            raise TypeError(f"activate(): {name} must be True or False, not {type(value).__name__}")
+    settings["backend"] = backend
     with _lock:
         if _state.active:
-            _warn_if_other_settings(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
-                                    log=log_level, report=report, patch_modules=patch_modules)
+            _warn_if_other_settings(settings)
             return
-        config = Config.from_env(backend=backend, disable=disable, only=only, enable=enable, strict=strict,
-                                 log=log_level, report=report, patch_modules=patch_modules)
-        _configure_logging(config.log)
+        config = _config(None, settings)
+        _configure_logging(config.log_level)
         device_backend = backend_mod.resolve(config.backend)
-        layer = backend_mod.resolve_layer(device_backend, config.sim_layer)
+        layer, prepared = backend_mod.choose_layer(device_backend, config.sim_layer)
         chosen = backend_mod.patch_backend(device_backend, layer)
         sets, ep_errors = all_patch_sets(config.patch_modules)
         validate_ids(config, sets)
 
-        REPORT.reset()
-        REPORT.backend = chosen
-        REPORT.sim_layer = layer
-        if layer == "builtin" and config.sim_layer == "auto":
-            _note_stale_real_layer()
+        REPORT.reset(backend=chosen, sim_layer=layer)
+        if prepared is not None and prepared[1] == "stale":  # auto passed over a layer another version prepared
+            REPORT.note(f"{prepared[2]}: the builtin layer ran instead; `ascend-shim fetch-torch-npu` prepares it "
+                        "again")
         for name, error in ep_errors:
             REPORT.note(f"entry point {name} could not be loaded: {error}")
             if config.strict:
@@ -283,7 +278,8 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         try:
             if inherit:
                 _export_env(config, device_backend, layer, root)
-            backend_mod.prepare(device_backend, layer)  # before torch's hook: torch may be imported already
+            # before torch's hook: torch may be imported already
+            backend_mod.prepare(device_backend, layer, prepared[0] if layer == "real" and prepared else None)
             hooks.on_batch_end(_sweep)
             hooks.when_imported("torch", lambda m: _on_torch_import(generation, m))
             at_once = []
@@ -320,21 +316,20 @@ def activate(backend: str | None = None, *, disable=None, only=None, enable=None
         log.info("ascend_shim active (backend %s, %d patch sets)", chosen, len(sets))
 
 
-def _note_stale_real_layer() -> None:
-    """Under ``auto``, a real layer prepared by another version of the shim is passed over for the builtin one: the
-    report says so, with the fix."""
-    from .real_layer import prepared_state
+def _config(environ: dict[str, str] | None, settings: dict[str, object]) -> Config:
+    """The settings in force: the environment's (``os.environ`` when None), then the keywords of ``activate()``,
+    each parsed by its row (a keyword that is no setting, or a value of the wrong type: ``TypeError``)."""
+    try:
+        return Config.from_env(environ, **settings)
+    except TypeError as exc:
+        raise TypeError(f"activate(): {exc}") from None
 
-    _, kind, why = prepared_state()
-    if kind == "stale":
-        REPORT.note(f"{why}: the builtin layer ran instead; `ascend-shim fetch-torch-npu` prepares it again")
 
-
-def _warn_if_other_settings(**asked) -> None:
+def _warn_if_other_settings(settings: dict[str, object]) -> None:
     """A second ``activate()`` keeps the settings in force (patches are applied once); asking for others then is
     a mistake worth a warning, as gevent's ``monkey`` warns on conflicting re-patching."""
-    asked = {name: value for name, value in asked.items() if value is not None}
-    wanted, active = Config.from_env({}, **asked), _state.config
+    asked = [name for name, value in settings.items() if value is not None]
+    wanted, active = _config({}, settings), _state.config
     differ = [f"{name}={getattr(wanted, name)!r} (in force: {getattr(active, name)!r})" for name in asked
               if getattr(wanted, name) != getattr(active, name)
               and not (name == "backend" and getattr(wanted, name) == _state.device_backend)]
@@ -344,24 +339,6 @@ def _warn_if_other_settings(**asked) -> None:
         warnings.warn(f"ascend_shim is already active; activate() left its settings as they are, not "
                       f"{', '.join(differ)}: call ascend_shim.deactivate() first to change them",
                       RuntimeWarning, stacklevel=3)
-
-
-def _check_arguments(**kw) -> None:
-    """A clear ``TypeError`` naming the argument (``activate(disable=123)``); values are checked by Config."""
-    for name, value in kw.items():
-        if value is None:
-            continue
-        if name in ("strict", "inherit", "root"):
-            if not isinstance(value, bool):
-                raise TypeError(f"activate(): {name} must be True or False, not {type(value).__name__}")
-        elif name in ("disable", "only", "enable", "patch_modules"):
-            if isinstance(value, str):
-                continue
-            if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(v, str) for v in value):
-                raise TypeError(f"activate(): {name} must be a comma-separated str or a list of str, "
-                                f"not {type(value).__name__}")
-        elif not isinstance(value, (str, os.PathLike) if name == "report" else str):
-            raise TypeError(f"activate(): {name} must be a str, not {type(value).__name__}")
 
 
 def deactivate() -> None:
@@ -375,15 +352,12 @@ def _deactivate_locked() -> None:
     _state.active = False
     _state.generation += 1
     hooks.clear()
-    _run_undos("deactivate", [u for _, u in _state.undos])
+    _run_undos("deactivate", [u for _, u in _state.undos])  # each change's one undo, the newest first
     _state.undos = []
-    patching.revert_all()
     backend_mod.unprepare()  # after the patches: the emulator's own changes lie beneath theirs
     exit_signals.uninstall()
     _restore_env()
-    for info in REPORT.patches.values():
-        if info["status"] == "applied":
-            info["status"] = "reverted"
+    REPORT.record_reverted()
 
 
 def settle_start_up() -> None:
@@ -468,8 +442,7 @@ def _at_exit(summary: bool = True) -> None:
     if not is_root_process():
         # a process activated by a sitecustomize (e.g. pip in an ASCEND_SHIM=1 environment) that never
         # imported anything we patch has nothing to say
-        talk = talk and any(info["status"] == "applied" and not info["target"].startswith(("env:", "process:"))
-                            for info in REPORT.patches.values())
-    if summary and talk and _state.print_summary and config.log != "off":
+        talk = talk and any(not target.startswith(("env:", "process:")) for target in REPORT.applied_targets())
+    if summary and talk and _state.print_summary and config.log_level != "off":
         with contextlib.suppress(OSError, ValueError):  # stderr closed at exit
             print(format_summary(REPORT.to_dict(), json_path=json_path), file=sys.stderr)

@@ -11,9 +11,13 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from . import import_system
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def resolve(backend: str) -> str:
@@ -32,19 +36,24 @@ def resolve(backend: str) -> str:
 def resolve_layer(backend: str, layer: str) -> str:
     """The ``torch_npu`` Python over the emulated NPU (``sim`` only): ``real`` (Huawei's package, prepared by
     ``fetch-torch-npu``) or ``builtin``; ``auto`` takes ``real`` when it is prepared for the installed torch."""
-    if backend != "sim":
-        return ""
-    if layer == "builtin":
-        return "builtin"
-    from .real_layer import find_prepared, prepared_problem
+    return choose_layer(backend, layer)[0]
 
-    if find_prepared() is not None:
-        return "real"
+
+def choose_layer(backend: str, layer: str) -> tuple[str, tuple[Path, str, str] | None]:
+    """:func:`resolve_layer`'s answer with what the one lookup of the prepared package found (``(where, kind,
+    why)`` as ``prepared_state`` gives it; None where no lookup was needed), for :func:`prepare` and the report."""
+    if backend != "sim" or layer == "builtin":
+        return ("builtin" if backend == "sim" else ""), None
+    from .sim.real_layer import prepared_state
+
+    state = prepared_state()
+    _, kind, why = state
+    if not kind:
+        return "real", state
     if layer == "real":
-        why = prepared_problem() or "Huawei's torch_npu is not prepared"
         raise ConfigError(f"ASCEND_SHIM_SIM_LAYER=real: {why}; run `python -m ascend_shim fetch-torch-npu` (or "
                           f"`--wheel PATH` on an offline machine)")
-    return "builtin"
+    return "builtin", state
 
 
 def patch_backend(backend: str, layer: str) -> str:
@@ -54,16 +63,18 @@ def patch_backend(backend: str, layer: str) -> str:
 
 def bring_up(backend: str, layer: str = "") -> None:
     """Make ``torch.npu`` exist: import the real torch_npu (on an NPU, or over the emulated device), or install
-    the emulator's own layer."""
+    the emulator's own layer. On the emulated NPU the shim listens to the device's events first."""
     if backend == "npu" or layer == "real":
         if layer == "real":  # checked once torch_npu has finished importing (a program may import it first)
-            from . import hooks, sim
+            from . import emulator_listener, hooks, sim
 
+            emulator_listener.listen()
             hooks.when_imported("torch_npu", lambda module: sim.check_autograd_engine(module.npu))
         importlib.import_module("torch_npu")
     elif backend == "sim":
-        from . import sim
+        from . import emulator_listener, sim
 
+        emulator_listener.listen()
         sim.install()
     else:  # resolve() has already turned "auto" into a concrete backend
         raise ConfigError(f"unknown backend {backend!r}")
@@ -101,17 +112,18 @@ class _TorchThenEmulator(importlib.abc.Loader):
 _torch_first = _TorchFirst()
 
 
-def prepare(backend: str, layer: str = "") -> None:
-    """At activation, before torch is imported: on the real layer, put Huawei's prepared package in front of
-    the emulated device; on the builtin layer, let ``import torch_npu`` come first."""
+def prepare(backend: str, layer: str = "", prepared: Path | None = None) -> None:
+    """At activation, before torch is imported: on the real layer, put Huawei's prepared package (``prepared``, as
+    :func:`choose_layer` found it) in front of the emulated device; on the builtin layer, let ``import torch_npu``
+    come first."""
     if backend == "sim":  # a build cache the emulator can never use stops the run here, in one line
         from .build_cache import check_location
 
         check_location()
     if layer == "real":
-        from . import real_layer
+        from .sim import real_layer
 
-        prepared = real_layer.find_prepared()
+        prepared = prepared or real_layer.find_prepared()
         if prepared is None:  # it was when the layer was chosen; removed since
             raise ConfigError("ASCEND_SHIM_SIM_LAYER=real: Huawei's torch_npu is no longer prepared; run "
                               "`python -m ascend_shim fetch-torch-npu`")
@@ -126,5 +138,5 @@ def unprepare() -> None:
     import_system.uninstall("torch_first")
     if "ascend_shim.sim" in sys.modules:
         sys.modules["ascend_shim.sim"].uninstall()
-    if "ascend_shim.real_layer" in sys.modules:
-        sys.modules["ascend_shim.real_layer"].disable()
+    if "ascend_shim.sim.real_layer" in sys.modules:
+        sys.modules["ascend_shim.sim.real_layer"].disable()

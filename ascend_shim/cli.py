@@ -4,6 +4,7 @@
             child Python process comes up activated through the bootstrap ``sitecustomize``.
 ``list``    every patch set and patch with its metadata and status in this environment.
 ``report``  pretty-print and merge per-process JSON reports.
+``env``     the shell ``export`` lines that activate a process started by hand (a Ray node's ``ray start``).
 ``doctor``  environment checks; ``scan``: static CUDA-ism finder (see their own modules).
 """
 from __future__ import annotations
@@ -12,11 +13,13 @@ import argparse
 import importlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import zipfile
+from typing import Any
 
-from .config import ENV_VARS, Config, add_options
+from .config import ENV_VARS, Config, add_options, options_given, value_options
 from .errors import ConfigError, ShimError
 
 #: modules that only launch workers: their own process prints no summary (rank 0 of the workers does)
@@ -26,16 +29,22 @@ LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "accelerate", 
 
 def _add_toggle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulate", action="store_true", help="use the emulated NPU (same as --backend sim)")
-    add_options(p, "backend", "sim_layer", "disable", "only", "enable", "strict", "report", "log", "patch_modules")
+    add_options(p)  # every setting that has an option
+
+
+def settings_from_args(ns) -> dict[str, Any]:
+    """The settings the options of `run` / `list` / `env` give, by field (the keywords of ``activate()``)."""
+    settings = options_given(ns)
+    if ns.simulate:
+        if settings.get("backend", "sim") != "sim":
+            raise ConfigError(f"--simulate contradicts --backend {settings['backend']}")
+        settings["backend"] = "sim"
+    return settings
 
 
 def config_from_args(ns) -> Config:
-    """The configuration the options of `run` / `list` give (over the environment)."""
-    backend = "sim" if ns.simulate else ns.backend
-    if ns.simulate and ns.backend and ns.backend != "sim":
-        raise ConfigError(f"--simulate contradicts --backend {ns.backend}")
-    return Config.from_env(backend=backend, sim_layer=ns.sim_layer, disable=ns.disable, only=ns.only, enable=ns.enable,
-                           strict=ns.strict, log=ns.log, report=ns.report, patch_modules=ns.patch_modules)
+    """The configuration the options give (over the environment)."""
+    return Config.from_env(**settings_from_args(ns))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only the patches whose removal condition holds here (an upstream version the installed "
                           "packages satisfy)")
 
+    env = sub.add_parser(
+        "env", help="print the shell lines that activate a process started by hand (e.g. `ray start`)",
+        description="Print the `export` lines that make a Python process started by hand (a Ray node started with "
+                    "`ray start`, a server) come up with the shim active, with the settings given here: "
+                    'eval "$(ascend-shim env --simulate)" in the shell that starts it.')
+    _add_toggle_options(env)
+
     rep = sub.add_parser("report", help="pretty-print and merge JSON reports")
     rep.add_argument("files", nargs="+")
     rep.add_argument("--json", action="store_true", help="print the merged report as JSON")
@@ -78,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own_parsers = {"doctor": "ascend_shim.doctor", "scan": "ascend_shim.scan",
-                   "fetch-torch-npu": "ascend_shim.real_layer.prepare"}
+                   "fetch-torch-npu": "ascend_shim.sim.real_layer.prepare"}
     if argv and argv[0] in own_parsers:  # their own parsers take every option
         module = importlib.import_module(own_parsers[argv[0]])
         try:
@@ -97,7 +113,8 @@ def main(argv=None) -> int:
         if ns.command == "run":
             return _cmd_run(ns, parser)  # errors of the user's program are theirs: a traceback
         try:
-            return _cmd_list(ns) if ns.command == "list" else _cmd_report(ns)
+            commands = {"list": _cmd_list, "env": _cmd_env, "report": _cmd_report}
+            return commands[ns.command](ns)
         except ConfigError:
             raise
         except ShimError as exc:
@@ -109,8 +126,7 @@ def main(argv=None) -> int:
 
 
 # -- run ----------------------------------------------------------------------------------------------------
-_VALUE_OPTIONS = {"--backend", "--sim-layer", "--disable", "--only", "--enable", "--report", "--log-level",
-                  "--patch-modules"}
+_VALUE_OPTIONS = value_options()
 
 
 def _split_run_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -137,16 +153,13 @@ def _cmd_run(ns, parser) -> int:
     """Run the program as ``python`` would (see :mod:`ascend_shim.entry`), under the shim."""
     if ns.module is None and not ns.target:
         parser.error("run: give a script, -m module, or a program to run")
-    config = config_from_args(ns)
-    env = config.to_env()
-    env["ASCEND_SHIM"] = "1"
-    env["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())
-    os.environ.update(env)
+    settings = settings_from_args(ns)
+    os.environ["ASCEND_SHIM_ROOT_PID"] = str(os.getpid())  # this process starts the run: its children know it
 
     from . import activation, entry
 
     try:
-        activation.activate()
+        activation.activate(**settings)  # which exports the settings to every child
     except ConfigError:
         raise
     except ShimError as exc:  # the shim itself could not start: one line, before any user code ran
@@ -225,6 +238,25 @@ def _cmd_list(ns) -> int:
 
     config = config_from_args(ns)
     print(render(config, ns.format, removable=ns.removable))
+    return 0
+
+
+# -- env ----------------------------------------------------------------------------------------------------
+def _cmd_env(ns) -> int:
+    """``export`` lines for a POSIX shell: the switch, the settings given (as the shim reads them: a report path
+    made absolute), and the bootstrap in front of the current PYTHONPATH. The environment's other settings are
+    checked too: a process started with them would fail to activate."""
+    from .activation import pythonpath_with_bootstrap
+
+    settings = settings_from_args(ns)
+    config = Config.from_env(**settings)
+    lines = {"ASCEND_SHIM": "1"}
+    for setting in ENV_VARS:
+        if setting.field in settings:
+            lines[setting.name] = setting.format(getattr(config, setting.field))
+    lines["PYTHONPATH"] = pythonpath_with_bootstrap(os.environ.get("PYTHONPATH", ""))
+    for name, value in lines.items():
+        print(f"export {name}={shlex.quote(value)}")
     return 0
 
 

@@ -47,8 +47,9 @@ class PatchContext:
     # -- the emulated NPU, as far as a patch may know it -------------------------------------------------------
     @property
     def emulator_loaded(self) -> bool:
-        """Is the emulated NPU's code loaded in this process (whatever the backend)?"""
-        return "ascend_shim.sim" in sys.modules
+        """Is the emulated NPU's code loaded in this process (whatever the backend)? Its device module, not the
+        package: the shim reads the real layer's prepared package, in the same package, before the device exists."""
+        return "ascend_shim.sim._extension" in sys.modules
 
     @property
     def emulated_device_name(self) -> str:

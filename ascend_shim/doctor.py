@@ -173,18 +173,15 @@ def _check_sim_layer(ctx: _Ctx) -> Check:
     """Which torch_npu Python the dry run will use over the emulated NPU."""
     from . import backend as backend_mod
     from .errors import ConfigError
-    from .real_layer import find_prepared, prepare, prepared_problem
+    from .sim.real_layer import prepare
 
     setting = getattr(ctx.config, "sim_layer", None) or "auto"
     try:
-        layer = backend_mod.resolve_layer("sim", setting)
+        layer, state = backend_mod.choose_layer("sim", setting)
     except ConfigError as exc:
         return Check("sim-layer", "FAIL", str(exc), "python -m ascend_shim fetch-torch-npu")
-    if layer == "real":
-        where = find_prepared()
-        if where is None:  # removed since the layer was resolved
-            return Check("sim-layer", "FAIL", prepared_problem() or "Huawei's torch_npu is not prepared",
-                         "python -m ascend_shim fetch-torch-npu")
+    if layer == "real" and state is not None:
+        where = state[0]
         problems = prepare.check_files(where, json.loads((where / "prepared.json").read_text()), full=True)
         if problems:  # every file hashed: what the run's own check (file list and sizes) may not see
             shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
@@ -194,7 +191,7 @@ def _check_sim_layer(ctx: _Ctx) -> Check:
         return Check("sim-layer", "ok", f"real layer: Huawei's torch_npu Python prepared in {where} runs over the "
                      f"emulated NPU, and the shim runs its npu backend code, as on hardware (its files as "
                      f"prepared)")
-    why = prepared_problem() if setting == "auto" else ""
+    why = state[2] if state is not None else ""
     advice = ("python -m ascend_shim fetch-torch-npu (then the dry run uses Huawei's torch_npu Python and the "
               "shim's npu backend code)") if setting == "auto" else ""
     return Check("sim-layer", "info", f"builtin layer: the emulator's own torch_npu (ASCEND_SHIM_SIM_LAYER={setting})"

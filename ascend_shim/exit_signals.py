@@ -32,6 +32,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from . import patching
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: how long a signal waits for the report to be written before the process goes on ending
 WRITE_TIMEOUT = 5.0
@@ -46,6 +48,7 @@ _wakeup: tuple[int, int] | None = None  # the pipe the C-level handler writes si
 _watcher: threading.Thread | None = None
 _fork_hook = False
 _set_wakeup_fd = signal.set_wakeup_fd
+_wakeup_change: patching.Change | None = None  # signal.set_wakeup_fd replaced while the watcher listens
 
 
 def install(write_report: Callable[[bool], None]) -> None:
@@ -59,7 +62,7 @@ def install(write_report: Callable[[bool], None]) -> None:
         current = signal.getsignal(signum)
         if current is _on_signal or current in (None, signal.SIG_IGN, signal.default_int_handler):
             continue  # not set from Python, ignored, or already reaching atexit
-        signal.signal(signum, _on_signal)
+        signal.signal(signum, _on_signal)  # a call, not an attribute patching could own: uninstall() undoes it
         _previous[signum] = current
     if _previous:
         _watch()
@@ -139,12 +142,12 @@ def _set_default_natively(signum: int) -> bool:
 
 # -- the watcher: hears of a signal while the main thread is in native code -----------------------------------
 def _watch() -> None:
-    global _wakeup, _watcher, _fork_hook
+    global _wakeup, _watcher, _fork_hook, _wakeup_change
     if _wakeup is not None:
         return
     read, write = os.pipe()
     os.set_blocking(write, False)  # what set_wakeup_fd asks for: a signal handler must never block
-    try:
+    try:  # the interpreter's wakeup fd is set by a call, not an attribute patching could own: _unwatch() undoes it
         theirs = _set_wakeup_fd(write, warn_on_full_buffer=False)
     except (ValueError, OSError):
         theirs = None
@@ -157,7 +160,7 @@ def _watch() -> None:
     _wakeup = (read, write)
     _watcher = threading.Thread(target=_watch_pipe, args=(read,), name="ascend_shim-signal-watcher", daemon=True)
     _watcher.start()
-    signal.set_wakeup_fd = _program_sets_wakeup_fd
+    _wakeup_change = patching.replace(__name__, signal, "set_wakeup_fd", _program_sets_wakeup_fd)
     if not _fork_hook:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _fork_hook = True
@@ -193,8 +196,10 @@ def _program_sets_wakeup_fd(fd, /, *, warn_on_full_buffer=True):
 
 
 def _give_back_set_wakeup_fd() -> None:
-    if signal.set_wakeup_fd is _program_sets_wakeup_fd:
-        signal.set_wakeup_fd = _set_wakeup_fd
+    global _wakeup_change
+    if _wakeup_change is not None:
+        patching.revert([_wakeup_change], keep_later=True)  # a function the program put there since stays
+        _wakeup_change = None
 
 
 def _watch_pipe(read: int) -> None:

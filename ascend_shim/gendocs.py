@@ -31,9 +31,13 @@ def coverage_page() -> str:
 def configuration_page() -> str:
     return (_NOTE + "# Configuration\n\n"
             "Every setting is an environment variable; the ones with an option can also be given to `run` "
-            "(and, where they apply, to `scan` and `doctor`). Keyword arguments of `ascend_shim.activate()` "
-            "take the same names as the fields. Precedence: defaults < environment < options. A bad value is a "
-            "one-line error naming the valid values (exit status 2). Child processes inherit the settings.\n\n"
+            "(and, where they apply, to `scan` and `doctor`). `ascend_shim.activate()` takes every setting but "
+            "`ASCEND_SHIM` as a keyword argument named after its option (`--sim-layer`: `sim_layer=\"builtin\"`) "
+            "or, without one, after its variable (`ASCEND_SHIM_SIM_DEVICES`: `sim_devices=4`). Precedence: "
+            "defaults < environment < options. A bad value is a one-line error naming the valid values (exit "
+            "status 2). Child processes inherit the settings; for a process started by hand (a Ray node's `ray "
+            "start`), `eval \"$(ascend-shim env --simulate)\"` (with any of the options of `run`) sets them "
+            "in the shell that starts it.\n\n"
             + env_table())
 
 

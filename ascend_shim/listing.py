@@ -2,7 +2,8 @@
 
 Generated from the declarations alone, like the coverage table of docs/coverage.md (``--format markdown``), so the
 documentation cannot drift from the code. Each patch's removal condition is judged here: a version condition
-against the installed packages (``--removable`` keeps only the patches whose condition holds).
+against the installed packages (``--removable`` keeps only the patches whose condition holds); a link is named by
+what it points at upstream (an issue, a pull request, a file at a pinned commit, another page).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from .selection import judged_backend, patch_disabled, set_status, validate_ids
 from .config import Config
 from .registry import Patch, all_patch_sets
-from .removal import KINDS, evaluate
+from .removal import KINDS, LINKS, evaluate
 
 
 def collect(config: Config, removable: bool = False) -> list[dict]:
@@ -78,7 +79,7 @@ def render(config: Config, fmt: str = "text", removable: bool = False) -> str:
             lines.append(f"      why:  {p['why']}")
             lines.append(f"      what: {p['what']}")
             lines.append(f"      remove when: {p['remove_when']}")
-            if p["removal"]["kind"] == "version":  # judged here; a link is checked upstream
+            if p["removal"]["kind"] != "never":  # a version is judged here; a link says what it points at
                 lines.append(f"                   {p['removal']['detail']}")
         lines.append("")
     if removable and not data:
@@ -88,12 +89,15 @@ def render(config: Config, fmt: str = "text", removable: bool = False) -> str:
 
 
 def _removal_summary(data: list[dict[str, Any]]) -> str:
-    """One line: how many patches have each kind of removal condition, and how many are removable here."""
+    """One line: how many patches have each kind of removal condition, how many are removable here, and what the
+    links point at."""
     removals = [p["removal"] for s in data for p in s["patches"]]
     count = {kind: sum(r["kind"] == kind for r in removals) for kind in KINDS}
     here = sum(r["state"] == "removable" for r in removals)
-    return (f"removal conditions: {count['version']} version ({here} removable here), {count['link']} link, "
-            f"{count['never']} never")
+    links = ", ".join(f"{n} {LINKS[link]}" for link in LINKS
+                      if (n := sum(r.get("link") == link for r in removals)))
+    return (f"removal conditions: {count['version']} version ({here} removable here), {count['link']} link"
+            + (f" ({links})" if links else "") + f", {count['never']} never")
 
 
 def env_table() -> str:

@@ -1,16 +1,21 @@
-"""The one choke point through which every attribute replacement goes (gevent's ``patch_item`` idea).
+"""The one owner of what the shim replaces: every attribute replacement goes through :func:`replace` (gevent's
+``patch_item`` idea) and is one :class:`Change`, undone once, by :func:`revert`. Patches replace through it, and so
+does the shim's own machinery (the rewrite's ``runpy.run_path``, the exit report's ``signal.set_wakeup_fd``, the
+class of ``os.environ`` that follows CUDA variables), so :func:`is_patched` and :func:`original` know them all.
 
 * the *first* original of each attribute is kept, so two patches on one attribute revert cleanly;
 * a replacement carries ``__wrapped__`` (wraps) and ``__ascend_shim_patch__`` (the patch id) where it can;
 * copies bound earlier by ``from x import y`` in already-imported modules are rebound too (MindSpeed's alias
-  sweep, by identity, never by name) and recorded, so ``revert_all`` puts them back;
-* ``revert_all`` restores every attribute to the identical original object, in reverse order.
+  sweep, by identity, never by name) and recorded, so ``revert`` puts them back;
+* ``revert`` restores each attribute to the identical original object, most recent change first; a change
+  reverted already is left alone.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import importlib
+import os
 import sys
 import threading
 import types
@@ -22,9 +27,17 @@ _SWEEPABLE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, t
               types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
-@dataclasses.dataclass
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()  # a thread of the parent may have held it, and none of them runs in the child
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@dataclasses.dataclass(eq=False)  # one change is one object: compared by identity, never by its values
 class Change:
-    """One attribute replaced by one patch (with the aliases rebound alongside)."""
+    """One attribute replaced by one patch, or by the shim's own machinery (with the aliases rebound alongside)."""
 
     patch_id: str
     owner: Any
@@ -32,13 +45,37 @@ class Change:
     original: Any  # the raw value in owner.__dict__ (descriptors kept), or _MISSING when added
     replacement: Any
     aliases: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (module name, attribute)
+    owner_name: str = ""  # what the owner is called, when it is neither a module nor a class ("os.environ")
 
     @property
     def target(self) -> str:
-        return f"{_owner_name(self.owner)}.{self.attr}"
+        return f"{self.owner_name or _owner_name(self.owner)}.{self.attr}"
 
 
 _changes: list[Change] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A patch's target as it is before the patch: where it lives and what it holds."""
+
+    owner: Any  # the module or class holding it; None when that cannot be reached
+    attr: str
+    original: Any  # as ``getattr`` gives it (static and class methods unwrapped); None when absent
+    missing: str  # why it is absent ("" when it exists)
+
+
+def locate(target: str) -> Target:
+    """Find ``target`` (``"torch.cuda:memory.memory_allocated"``); importing its module may raise anything but an
+    ``ImportError`` or ``AttributeError``, which say it is not there."""
+    try:
+        owner, attr = resolve(target)
+        raw = raw_get(owner, attr)
+    except (ImportError, AttributeError) as exc:
+        return Target(None, "", None, f"{type(exc).__name__}: {exc}")
+    if raw is _MISSING:
+        return Target(owner, attr, None, f"{target} does not exist")
+    return Target(owner, attr, bound(owner, raw), "")
 
 
 def _owner_name(owner) -> str:
@@ -75,11 +112,12 @@ def bound(owner, raw):
 
 
 def replace(patch_id: str, owner, attr: str, replacement, *, allow_missing: bool = False,
-            is_wrapper: bool = False) -> Change:
+            is_wrapper: bool = False, name: str = "") -> Change:
     """Set ``owner.attr = replacement`` and remember the first original.
 
     Only a wrapper made for this patch (``is_wrapper``) is marked; an existing object used as a replacement
-    (an alias such as ``torch.npu.synchronize``) is left untouched.
+    (an alias such as ``torch.npu.synchronize``) is left untouched. ``name``: what to call an owner that is
+    neither a module nor a class (``"os.environ"``), for :func:`is_patched`.
     """
     with _lock:
         if isinstance(owner, type):
@@ -92,7 +130,7 @@ def replace(patch_id: str, owner, attr: str, replacement, *, allow_missing: bool
         if is_wrapper:
             _mark(replacement, patch_id, bound(owner, current) if current is not _MISSING else None)
         setattr(owner, attr, replacement)
-        change = Change(patch_id, owner, attr, original, replacement)
+        change = Change(patch_id, owner, attr, original, replacement, owner_name=name)
         _changes.append(change)
         return change
 
@@ -168,10 +206,16 @@ _IDENTITY_HASHED = frozenset({types.FunctionType, types.BuiltinFunctionType, typ
                               types.WrapperDescriptorType, type})
 
 
-def revert(changes: list[Change]) -> None:
-    """Undo the given changes (most recent first), aliases included."""
+def revert(changes: list[Change], *, keep_later: bool = False) -> None:
+    """Undo the given changes (most recent first), aliases included; a change undone already is left alone.
+    ``keep_later``: an attribute the program has replaced again since keeps the program's value."""
     with _lock:
         for change in reversed(changes):
+            if not any(c is change for c in _changes):
+                continue
+            _changes[:] = [c for c in _changes if c is not change]
+            if keep_later and _current(change) is not change.replacement:
+                continue
             if change.original is _MISSING:
                 with contextlib.suppress(AttributeError):  # already gone
                     delattr(change.owner, change.attr)
@@ -183,15 +227,13 @@ def revert(changes: list[Change]) -> None:
                 module = sys.modules.get(mod_name)
                 if module is not None and getattr(module, name, None) is replacement:
                     setattr(module, name, original)
-            if change in _changes:
-                _changes.remove(change)
 
 
-def revert_all() -> None:
-    with _lock:
-        revert(list(_changes))
-        if not _changes:
-            _changes.clear()  # an emptied list keeps its storage; clear() frees it
+def _current(change: Change):
+    """What the changed attribute holds now, as :func:`replace` stored it."""
+    if isinstance(change.owner, type):
+        return change.owner.__dict__.get(change.attr, _MISSING)
+    return getattr(change.owner, change.attr, _MISSING)
 
 
 def find_change(target: str) -> Change | None:
@@ -199,7 +241,7 @@ def find_change(target: str) -> Change | None:
     dotted = target.replace(":", ".")
     with _lock:
         for change in _changes:
-            if change.target == dotted or f"{_owner_name(change.owner)}.{change.attr}" == dotted:
+            if change.target == dotted:
                 return change
             if isinstance(change.owner, type) and dotted.endswith(f".{change.owner.__qualname__}.{change.attr}"):
                 return change

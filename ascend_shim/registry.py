@@ -4,11 +4,12 @@ Declaring applies nothing. A :class:`PatchSet` names the distributions it suppor
 holds :class:`Patch` records; every record carries the metadata that ``list``, the migration report, ``scan``
 and the coverage table of the documentation are generated from (id, target, kind, why, what, when it can be removed).
 
-Patch-set modules must be cheap to import: they declare, and import their targets only inside factories,
-which run when the target module is imported.
+Patch-set modules must be cheap to import: they declare, and name each factory as a ``"module:function"`` string
+that is imported when the patch applies (when its target module is imported), as wrapt's string hooks do; a
+factory may also be a callable.
 
 Where patch sets come from, in this order:
-1. the built-in modules of ``ascend_shim.patches`` (the repository's top-level ``patches/`` folder);
+1. the built-in targets, ``ascend_shim.targets.<name>`` (each package's ``__init__`` declares, code beside it);
 2. the entry-point group ``ascend_shim.patch_sets`` (third-party packages; an entry point names a
    :class:`PatchSet`, a list of them, or a module with ``PATCH_SETS``);
 3. ``ASCEND_SHIM_PATCH_MODULES``: modules with a ``PATCH_SETS`` list (user code).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import re
 import types
 from typing import TYPE_CHECKING, Any, TypeVar
 from collections.abc import Callable, Iterable
@@ -30,13 +32,14 @@ from .versions import Project
 if TYPE_CHECKING:
     from .context import PatchContext
 
-#: what a patch's factory is: called with the context, it returns what its kind says (the new attribute, or
-#: for ``call`` its undo); patch modules annotate factories ``def f(ctx: PatchContext) -> ...`` to be type-checked
-#: (a lambda passed to ``patch(...)`` keeps the type mypy gives it alone: ``ctx`` unchecked)
-Factory = Callable[["PatchContext"], object]
+#: what a patch's factory is: called with the context (and the patch's ``kwargs``), it returns what its kind says
+#: (the new attribute, or for ``call`` its undo); factories are annotated ``def f(ctx: PatchContext) -> ...``
+Factory = Callable[..., object]
 _F = TypeVar("_F", bound=Factory)
 
 ENTRY_POINT_GROUP = "ascend_shim.patch_sets"
+#: "module:function", or "function" of the patch set's implementation module
+_FACTORY_REF = re.compile(r"^([A-Za-z_][\w.]*:)?[A-Za-z_]\w*$")
 
 #: kind -> how the factory's result is used (see ``patching.apply_patch``)
 KINDS = {
@@ -60,7 +63,8 @@ class Patch:
     why: str
     what: str
     remove_when: str
-    factory: Factory = dataclasses.field(repr=False, compare=False)
+    #: ``"module:function"`` (imported when the patch applies) or the callable itself
+    factory: Factory | str = dataclasses.field(repr=False, compare=False)
     fidelity: str = "exact"
     #: CUDA-isms this patch covers, as ``scan`` names them (e.g. "torch.cuda.memory_allocated", "nccl")
     covers: tuple[str, ...] = ()
@@ -69,8 +73,12 @@ class Patch:
     #: rebind ``from x import y`` copies of the original in already-imported modules
     sweep: bool = True
     set_id: str = ""
+    #: keyword arguments the factory is called with besides the context (one factory serving a family of names)
+    kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
+        if isinstance(self.factory, str) and not _FACTORY_REF.match(self.factory):
+            raise ValueError(f"patch {self.id}: factory {self.factory!r} is not 'module:function' (or 'function')")
         if self.kind not in KINDS:
             raise ValueError(f"patch {self.id}: unknown kind {self.kind!r}; kinds: {', '.join(KINDS)}")
         if self.fidelity not in fidelity.NAMES:
@@ -82,6 +90,14 @@ class Patch:
             parse_removal(self.remove_when)
         except ValueError as exc:
             raise ValueError(f"patch {self.id}: {exc}") from None
+
+    def build(self, ctx: PatchContext) -> object:
+        """Run the factory: what the patch puts in place (or, for ``call``, its undo)."""
+        factory = self.factory
+        if isinstance(factory, str):
+            module, _, name = factory.partition(":")
+            factory = getattr(importlib.import_module(module), name)
+        return factory(ctx, **dict(self.kwargs))
 
     @property
     def removal(self) -> Removal:
@@ -118,6 +134,8 @@ class PatchSet:
     #: a project gate checked when each patch applies (a source checkout may join sys.path only later):
     #: project absent -> the patch is not needed; outside the range -> skipped and reported
     project: Project | None = None
+    #: the module a factory named without a module (``factory="f"``) is taken from
+    implementation: str = ""
     #: packages that support the NPU natively: their frames get the real device answers (a declared patch,
     #: ``<id>.native``, applied at activation and undone on deactivation); ``native_why`` says why this set does
     native: tuple[str, ...] = ()
@@ -141,6 +159,11 @@ class PatchSet:
     def add(self, patch: Patch) -> Patch:
         if any(p.id == patch.id for p in self.patches):
             raise ValueError(f"patch set {self.id}: duplicate patch id {patch.id}")
+        if isinstance(patch.factory, str) and ":" not in patch.factory:
+            if not self.implementation:
+                raise ValueError(f"patch {patch.id}: factory {patch.factory!r} names no module and patch set "
+                                 f"{self.id} has no implementation module")
+            patch = dataclasses.replace(patch, factory=f"{self.implementation}:{patch.factory}")
         if patch.set_id != self.id:
             patch = dataclasses.replace(patch, set_id=self.id)
         self.patches.append(patch)
@@ -148,15 +171,24 @@ class PatchSet:
 
     def patch(self, target: str, *, kind: str = "wrap", why: str, what: str, remove_when: str,
               id: str | None = None, fidelity: str = "exact", covers: Iterable[str] = (),
-              requires: dict[str, str] | None = None, sweep: bool = True) -> Callable[[_F], _F]:
-        """Decorator declaring a patch whose factory is the decorated function: ``factory(ctx) -> value``."""
+              requires: dict[str, str] | None = None, sweep: bool = True, factory: str | None = None,
+              kwargs: dict[str, Any] | None = None) -> Any:
+        """Declare a patch. ``factory``: ``"module:function"``, or a function of the set's ``implementation``
+        module (``"function"``); called ``function(ctx, **kwargs)`` when the patch applies. Without ``factory``,
+        a decorator taking the factory function itself (for patch modules of user code)."""
 
-        def decorate(factory: _F) -> _F:
-            name = id or f"{self.id}.{target.replace(':', '.')}"
-            self.add(Patch(id=name, target=target, kind=kind, why=why, what=what, remove_when=remove_when,
-                           factory=factory, fidelity=fidelity, covers=tuple(covers),
-                           requires=tuple((requires or {}).items()), sweep=sweep, set_id=self.id))
-            return factory
+        def declare(made: Factory | str) -> Patch:
+            return self.add(Patch(id=id or f"{self.id}.{target.replace(':', '.')}", target=target, kind=kind, why=why,
+                                  what=what, remove_when=remove_when, factory=made, fidelity=fidelity,
+                                  covers=tuple(covers), requires=tuple((requires or {}).items()), sweep=sweep,
+                                  set_id=self.id, kwargs=tuple((kwargs or {}).items())))
+
+        if factory is not None:
+            return declare(factory)
+
+        def decorate(made: _F) -> _F:
+            declare(made)
+            return made
 
         return decorate
 
@@ -187,11 +219,10 @@ def _sets_from(obj: Any, where: str) -> list[PatchSet]:
 
 
 def builtin_patch_sets() -> list[PatchSet]:
-    # by name: in the source tree the package is the top-level patches/ folder (setup.py's package_dir)
-    pkg = importlib.import_module("ascend_shim.patches")
+    pkg = importlib.import_module("ascend_shim.targets")
     found: list[PatchSet] = []
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
+        if info.name.startswith("_"):  # helpers shared by several targets
             continue
         module = importlib.import_module(f"{pkg.__name__}.{info.name}")
         if hasattr(module, "PATCH_SETS"):

@@ -69,11 +69,12 @@ class Report:
         self._seen_tables: list[dict] = []  # every thread's .seen, merged when the report is read
         self.reset()
 
-    def reset(self):
+    def reset(self, backend: str = "", sim_layer: str = ""):
+        """An empty report, for an activation on ``backend`` (and, on the emulated NPU, its ``sim_layer``)."""
         with self._lock:
             self.started = time.time()
-            self.backend = ""
-            self.sim_layer = ""  # the torch_npu Python over the emulated NPU: "real", "builtin" ("" on hardware)
+            self.backend = backend
+            self.sim_layer = sim_layer  # the torch_npu Python over the emulated NPU: "real", "builtin" ("" on hardware)
             self.sets: dict[str, dict] = {}
             self.patches: dict[str, dict] = {}
             self._events: dict[tuple, list] = {}  # (category, api, detail, code, line) -> [count]
@@ -92,6 +93,25 @@ class Report:
                 "set": patch.set_id, "target": patch.target, "kind": patch.kind, "fidelity": patch.fidelity,
                 "status": status, "reason": reason, "aliases": [f"{m}.{n}" for m, n in aliases],
             }
+
+    def record_aliases(self, patch_id: str, aliases) -> None:
+        """The ``from x import y`` copies an applied patch rebound, as (module name, attribute) pairs."""
+        with self._lock:
+            info = self.patches.get(patch_id)
+            if info is not None:
+                info["aliases"] = [f"{m}.{n}" for m, n in aliases]
+
+    def record_reverted(self) -> None:
+        """Deactivation: every applied patch is reverted."""
+        with self._lock:
+            for info in self.patches.values():
+                if info["status"] == "applied":
+                    info["status"] = "reverted"
+
+    def applied_targets(self) -> list[str]:
+        """The targets of the patches applied now."""
+        with self._lock:
+            return [info["target"] for info in self.patches.values() if info["status"] == "applied"]
 
     # -- what patches record while the program runs ----------------------------------------------------------
     def event(self, category: str, api: str, detail: str = "", *, site: tuple | None = None, frame=None,

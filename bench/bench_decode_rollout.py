@@ -42,7 +42,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIM_DIRS = tuple(os.path.join(REPO, d) + os.sep for d in ("ascend_shim", "patches"))
-EMULATOR_DIRS = tuple(os.path.join(REPO, "ascend_shim", d) + os.sep for d in ("sim", "real_layer"))
+EMULATOR_DIRS = (os.path.join(REPO, "ascend_shim", "sim") + os.sep,)  # the device core and both torch_npu layers
 
 
 # -- the two loops, as CUDA code writes them ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Per-call overhead of the shim's flash_attn provider against a hand port to npu_fusion_attention, side by side.
 
 A hand port (seed 000, AReaL's NPU guide) rewrites each call site to call ``torch_npu.npu_fusion_attention``
-directly; the shim instead serves ``import flash_attn`` from ``ascend_shim/providers/flash_attn`` and maps each
+directly; the shim instead serves ``import flash_attn`` from ``ascend_shim/targets/flash_attn`` and maps each
 call onto the same op (argument checks, plan, mask cache, host lists for ``cu_seqlens``). Cases, on the emulated
 NPU (sim backend):
 

@@ -21,10 +21,12 @@ import ascend_shim.sim  # noqa: E402
 from ascend_shim import activation as _activation  # noqa: E402
 
 # Bring the emulated NPU up before any test runs autograd: torch sizes its per-device autograd queues at the
-# first backward(), so a device registered later could not run backward in this process.
+# first backward(), so a device registered later could not run backward in this process. As the shim brings it up:
+# the shim listens to the device (operators falling back to the CPU go into the report).
+from ascend_shim import backend as _backend  # noqa: E402
+
 if LAYER == "real":
-    from ascend_shim import backend as _backend
-    from ascend_shim import real_layer as _real_layer
+    from ascend_shim.sim import real_layer as _real_layer
 
     _PREPARED = _real_layer.find_prepared()
     if _PREPARED is None:
@@ -35,7 +37,7 @@ if LAYER == "real":
     _backend.prepare("sim", "real")
     _backend.bring_up("sim", "real")
 else:
-    ascend_shim.sim.install()
+    _backend.bring_up("sim")
 
 _activation.set_summary_printing(False)  # the exit summary is for users, not for the test runner's output
 

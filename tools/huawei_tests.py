@@ -61,7 +61,7 @@ if __name__ == "__main__":
 def lend_test_support(into: Path) -> Path:
     """A pytest runner in ``into`` that makes Huawei's test support importable over the builtin facade."""
     sys.path.insert(0, str(REPO))
-    from ascend_shim.real_layer import find_prepared
+    from ascend_shim.sim.real_layer import find_prepared
 
     prepared = find_prepared()
     if prepared is None:

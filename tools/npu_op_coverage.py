@@ -8,7 +8,7 @@ Run by hand, with the torch release the wheel pairs with installed (never at tes
 Two sections:
 
 * ``[kernels]``: the operator names of the wheel's ``torch_npu/csrc/aten/npu_native_functions*.yaml`` lists of
-  operators with NPU kernels, read as the real layer reads them (``ascend_shim.real_layer.prepare``);
+  operators with NPU kernels, read as the real layer reads them (``ascend_shim.sim.real_layer.prepare``);
 * ``[decomposed]``: those of them that the emulated NPU runs as torch's decomposition (composite kernels) and
   whose decomposition reaches an operator without an NPU kernel, which the NPU never runs there. Measured: every
   OpInfo sample of torch's test suite (float32, forward and backward, on the emulated NPU; needs ``expecttest``)
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 def read_wheel(path: str) -> tuple[str, list[str]]:
     """(torch_npu version, operators with NPU kernels) of a torch-npu wheel."""
-    from ascend_shim.real_layer.prepare import npu_metadata, version_of
+    from ascend_shim.sim.real_layer.prepare import npu_metadata, version_of
 
     with zipfile.ZipFile(path) as zf:
         return version_of(zf), npu_metadata(zf)["aten_kernels"]

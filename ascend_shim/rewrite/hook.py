@@ -30,10 +30,11 @@ Only plain ``.py`` sources loaded by the stock ``SourceFileLoader`` are rewritte
 run without the shim can never pick it up); it is kept in the shim's own cache (:mod:`.cache`), so a library
 is rewritten once, not on every start.
 
-``install`` also wraps ``runpy.run_path`` (undone by ``uninstall``) so that a script run that way follows the
-rule of a module imported from the same place (:func:`script_is_cuda_code`) -- notably ``multiprocessing``'s
-spawn/forkserver children re-running the main script as ``__mp_main__``, rewritten like the parent's
-``__main__``, and a recipe an installed launcher runs by path.
+``install`` also replaces ``runpy.run_path`` (through :func:`ascend_shim.patching.replace`, so ``is_patched`` knows
+it; undone by ``uninstall``) so that a script run that way follows the rule of a module imported from the same
+place (:func:`script_is_cuda_code`) -- notably ``multiprocessing``'s spawn/forkserver children re-running the main
+script as ``__mp_main__``, rewritten like the parent's ``__main__``, and a recipe an installed launcher runs by
+path.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ import sysconfig
 import threading
 from types import CodeType, ModuleType
 
-from .. import callers, import_system
+from .. import callers, import_system, patching
 from ..errors import ConfigError
 from ..report import REPORT
 from . import cache, runtime
@@ -63,6 +64,7 @@ _ORIGINAL_RUN_PATH = runpy.run_path
 _BYTECODE_SUFFIXES = tuple(importlib.machinery.BYTECODE_SUFFIXES)
 _REFUSED_TOP = {"ascend_shim", "torch", "torch_npu"}
 _lock = threading.RLock()
+_run_path_change: patching.Change | None = None  # runpy.run_path replaced while the rewrite is installed
 
 
 def _real(path: str) -> str:
@@ -394,7 +396,7 @@ def install(roots, packages=()) -> None:
     user's wherever installed (env ``ASCEND_SHIM_USER_PACKAGES``). Calling again replaces both lists.
     Modules imported before ``install`` stay as they are.
     """
-    global _finder, _last_config
+    global _finder, _last_config, _run_path_change
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
     if isinstance(packages, str):
@@ -417,7 +419,8 @@ def install(roots, packages=()) -> None:
         else:
             _finder.config = config
         import_system.install("rewrite", _finder)
-        runpy.run_path = _run_path_hook
+        if _run_path_change is None:
+            _run_path_change = patching.replace("ascend_shim.rewrite", runpy, "run_path", _run_path_hook)
         REPORT.set_note(USER_CODE_NOTE, config.describe())
         _last_config = config
     _note_running_main(config)
@@ -440,12 +443,13 @@ def _note_running_main(config: _Config) -> None:
 
 def uninstall() -> None:
     """Stop rewriting newly imported modules (already imported ones stay rewritten); restore ``runpy.run_path``."""
-    global _finder
+    global _finder, _run_path_change
     with _lock:
         import_system.uninstall("rewrite")
         _finder = None
-        if runpy.run_path is _run_path_hook:
-            runpy.run_path = _ORIGINAL_RUN_PATH
+        if _run_path_change is not None:
+            patching.revert([_run_path_change], keep_later=True)  # a function the program put there since stays
+            _run_path_change = None
 
 
 def is_installed() -> bool:

@@ -21,6 +21,11 @@ Decisions where the hardware contract leaves room:
 * CPU and npu tensors are shallow-copy compatible, as torch_npu registers it: ``Module.to`` keeps Parameters
   (tied weights stay tied) and ``param.data = t.to("npu")`` works.
 
+Layout: this package is the device core; two ``torch_npu`` Python layers run over it side by side, the builtin
+facade (:mod:`.torch_npu`) and Huawei's package (:mod:`.real_layer`), and what the device has to say goes out as
+events (:mod:`.events`). Importing the package does not import torch: the shim reads the real layer's prepared
+package before the program imports torch; the device's modules come with :func:`install_device`.
+
 Environment:
     ASCEND_SHIM_SIM_DEVICES   number of emulated devices (default 8)
     ASCEND_RT_VISIBLE_DEVICES which of them this process sees (as on the real runtime)
@@ -35,20 +40,26 @@ import re
 import sys
 import threading
 import time
-
-import torch
+from typing import TYPE_CHECKING
 
 from .. import virtual
-from . import _extension, counters, reductions, torch_npu_kernels
+from . import events
 
-__all__ = ["install", "uninstall", "install_device", "is_installed", "layer", "cpu_alias", "npu_alias", "DEVICE_NAME"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["install", "uninstall", "install_device", "is_installed", "layer", "register_layer", "cpu_alias",
+           "npu_alias", "DEVICE_NAME", "CANN_VERSION"]
 
 DEVICE_NAME = "Ascend910B3"
+#: the CANN release the emulated machine has (torch_npu 2.13 gates features on CANN >= 8.x / 9.1)
+CANN_VERSION = "8.5.0"
 
 _lock = threading.RLock()
 _installed = False
 _installing = False
 _device_installed = False
+_other_layer = ""  # a torch_npu Python other than the builtin one that brought the device up (register_layer)
 
 
 def is_installed() -> bool:
@@ -81,18 +92,12 @@ def install() -> None:
             _installing = False
 
 
-#: library probes that cache whether ``torch_npu`` is importable (module, function): their answers are
-#: forgotten whenever the builtin layer comes or goes
-_CACHED_NPU_PROBES = (("transformers.utils.import_utils", "is_torch_npu_available"),
-                      ("accelerate.utils.imports", "is_npu_available"))
-
-
 def uninstall() -> None:
     """Take the builtin ``torch_npu`` layer away (the shim's deactivation): ``import torch_npu`` and its
-    distribution metadata are gone again, libraries' cached NPU probes are forgotten, ``Tensor.type`` and torch's
-    storage classes are torch's own. The device stays, as after importing torch_npu: torch cannot unregister a
-    PrivateUse1 backend or its ``torch.npu`` module, and tensors already on the device remain usable.
-    :func:`install` brings the layer back."""
+    distribution metadata are gone again, ``Tensor.type`` and torch's storage classes are torch's own, and listeners
+    hear a ``layer`` event (what cached whether ``torch_npu`` is importable, libraries' NPU probes, is stale). The
+    device stays, as after importing torch_npu: torch cannot unregister a PrivateUse1 backend or its ``torch.npu``
+    module, and tensors already on the device remain usable. :func:`install` brings the layer back."""
     global _installed
     with _lock:
         if not _installed:
@@ -102,15 +107,8 @@ def uninstall() -> None:
         virtual.unregister_alias("torch_npu")
         virtual.unregister_distribution("torch_npu")
         tensor_types.uninstall()
-        _forget_npu_probes()
         _installed = False
-
-
-def _forget_npu_probes() -> None:
-    for module_name, function in _CACHED_NPU_PROBES:
-        cache_clear = getattr(getattr(sys.modules.get(module_name), function, None), "cache_clear", None)
-        if cache_clear is not None:
-            cache_clear()
+    events.emit("layer", layer="")
 
 
 def install_device() -> None:
@@ -127,6 +125,7 @@ def install_device() -> None:
         if _device_installed:
             return
         from ..config import setting
+        from . import _extension, counters, torch_npu_kernels
 
         count = len(visible_devices(setting("sim_devices")))  # a bad value is a one-line ConfigError first
         native = _extension.load()
@@ -142,11 +141,16 @@ def install_device() -> None:
 
 def layer() -> str:
     """Which ``torch_npu`` Python runs over the emulated device: ``builtin`` (the emulator's own), ``real``
-    (Huawei's, enabled by :mod:`ascend_shim.real_layer`) or ``""`` (none yet)."""
-    real = sys.modules.get("ascend_shim.real_layer")
-    if real is not None and real.native_layer_built():
-        return "real"
-    return "builtin" if _installed else ""
+    (Huawei's, enabled by :mod:`.real_layer`) or ``""`` (none yet)."""
+    return _other_layer or ("builtin" if _installed else "")
+
+
+def register_layer(name: str) -> None:
+    """Called by a ``torch_npu`` layer other than the builtin one once its native layer is built over the device
+    (the real layer: ``"real"``): :func:`layer` answers it from then on, and :func:`install` leaves the device to it
+    (torch cannot take a registered device module back)."""
+    global _other_layer
+    _other_layer = name
 
 
 def visible_devices(physical: int, environ=None) -> list[int]:
@@ -172,13 +176,17 @@ def visible_devices(physical: int, environ=None) -> list[int]:
 
 def torch_base_version() -> str:
     """torch's release without local tags ("2.13.0+cpu" -> "2.13.0"): the torch_npu version paired with it."""
+    import torch
+
     match = re.match(r"\d+(\.\d+)*", torch.__version__)
     return match.group(0) if match else torch.__version__
 
 
 def _install_builtin_layer() -> None:
+    import torch
+
     _generate_npu_methods()
-    from . import tensor_types
+    from . import reductions, tensor_types
     from .torch_npu import npu as npu_module
 
     tensor_types.install(npu_module)
@@ -195,7 +203,7 @@ def _install_builtin_layer() -> None:
     check_autograd_engine(utils)
     _register_hccl()
     reductions.install()
-    _forget_npu_probes()
+    events.emit("layer", layer="builtin")
     from .op_coverage import install_builtin as _install_op_coverage
 
     _install_op_coverage()  # which ops the NPU has kernels for: torch_npu's CPU-fallback warning per op
@@ -207,6 +215,10 @@ def check_autograd_engine(npu_state) -> None:
     The probe is the emulator's use of the device, not the program's: afterwards the device state is
     uninitialized again (``npu_state._initialized``, the torch_npu layer's flag behind ``torch.npu.is_initialized()``)
     until the program itself makes an npu tensor or asks for the runtime."""
+    import torch
+
+    from . import _extension
+
     native = _extension.load()
     if not native.device_count():  # a process that sees no device (ASCEND_RT_VISIBLE_DEVICES="") has no backward
         return
@@ -236,6 +248,8 @@ def check_autograd_engine(npu_state) -> None:
 
 
 def _name_privateuse1() -> None:
+    import torch
+
     backend = torch._C._get_privateuse1_backend_name()
     if backend != "npu":
         if backend != "privateuseone":
@@ -245,6 +259,8 @@ def _name_privateuse1() -> None:
 
 def _generate_npu_methods() -> None:
     """``Tensor.npu``/``is_npu`` and friends, which torch_npu's own registration generates (the real layer's)."""
+    import torch
+
     if not hasattr(torch.Tensor, "is_npu"):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     _register_python_side()
@@ -257,6 +273,7 @@ def _register_python_side() -> None:
     restores the npu RNG state when no input names a device. (CPU/npu shallow-copy compatibility, which keeps
     Parameters and tied weights through ``Module._apply`` and ``param.data =``, is registered by the C++ side.)
     """
+    import torch
     from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # not in torch's .pyi
     from torch.utils.checkpoint import DefaultDeviceType
 
@@ -267,6 +284,8 @@ def _register_python_side() -> None:
 
 
 def _native_snapshot() -> dict:
+    from . import _extension
+
     native = _extension.load()
     live, peak = {}, {}
     for index in range(native.device_count()):
@@ -276,6 +295,8 @@ def _native_snapshot() -> dict:
 
 
 def _native_reset() -> None:
+    from . import _extension
+
     native = _extension.load()
     native.reset_d2h()
     for index in range(native.device_count()):
@@ -284,6 +305,8 @@ def _native_reset() -> None:
 
 def _count_print_as_one_transfer(native) -> None:
     """Printing an npu tensor reads it element by element; to the user that is one transfer, so count one."""
+    import torch
+
     original = torch._tensor_str._str
     if getattr(original, "_ascend_shim_sim", False):
         return
@@ -329,6 +352,8 @@ def cpu_alias(t: torch.Tensor) -> torch.Tensor:
 
     The alias keeps ``t``'s storage alive; writes through either are visible through both.
     """
+    from . import _extension
+
     install_device()
     return _extension.load().cpu_alias(t)
 
@@ -338,5 +363,7 @@ def npu_alias(cpu_t: torch.Tensor, index: int | None = None) -> torch.Tensor:
 
     The alias keeps ``cpu_t``'s storage alive and counts as live bytes of that device while it exists.
     """
+    from . import _extension
+
     install_device()
     return _extension.load().npu_alias(cpu_t, -1 if index is None else int(index))

@@ -12,11 +12,11 @@ operator runs on the CPU, and its first call prints, once per operator, through 
 torch decomposes before they reach the device (``torch.unique`` into ``_unique2``, ``fmax`` into ``fmax.out``)
 are judged by what reaches it.
 
-The emulated device does the same on either ``torch_npu`` layer, and each operator that falls back is listed in
-the migration report (category ``fallback``) at the call site of its first use: a dry run under ``--simulate``
-tells which operators will leave the NPU. The check runs in the emulator's C++ fallback (``csrc/op_coverage.cpp``);
-an operator with an NPU kernel costs a lookup in a lock-free table, and Python is asked once per operator
-without one.
+The emulated device does the same on either ``torch_npu`` layer, and tells each operator that falls back, at the
+call site of its first use, to whoever listens (:mod:`.events`, kind ``cpu_fallback``; the shim lists it in the
+migration report): a dry run under ``--simulate`` tells which operators will leave the NPU. The check runs in the
+emulator's C++ fallback (``csrc/op_coverage.cpp``); an operator with an NPU kernel costs a lookup in a lock-free
+table, and Python is asked once per operator without one.
 
 The builtin layer reads the kernel list shipped for torch's release line (``data/npu_kernels_<line>.txt``,
 generated from the paired wheel by ``tools/npu_op_coverage.py``); the real layer passes the list read from the
@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from collections.abc import Iterable
 
-from . import _extension
+from . import _extension, events
 
 __all__ = ["install_op_coverage", "install_builtin", "uninstall", "fallbacks", "shipped", "data_file", "reported_name"]
 
@@ -99,10 +99,7 @@ def install_builtin() -> bool:
         return True
     data = shipped(line)
     if data is None:
-        from ..report import REPORT
-
-        REPORT.note(f"the emulated NPU knows no NPU kernel list for torch_npu {line}: operators that would fall back "
-                    f"to the CPU on the NPU are not reported")
+        events.emit("no_kernel_list", release=line)
         return False
     install_op_coverage(data[0], decomposed=data[1], release=line)
     _installed_from = line
@@ -170,18 +167,12 @@ def reported_name(op: str, composite: bool) -> str:
 
 def _resolve(op: str, composite: bool, refused: bool) -> str:
     """Called by the C++ check the first time ``op`` reaches the emulated NPU without an NPU kernel: the name the
-    NPU reports ("" when that one has an NPU kernel), recorded in the migration report at the call site."""
+    NPU reports ("" when that one has an NPU kernel), told to the listeners with the call site."""
     reported = reported_name(op, composite)
     if not reported or reported in _kernels or reported.startswith("npu::"):
         return ""
-    from ..report import REPORT
-
-    via = f" (reached through {op})" if op != reported else ""
-    if refused:
-        category = "unsupported"
-        detail = f"no NPU kernel; TORCH_NPU_FALLBACK_CPU_DISABLE=1 forbids torch_npu's CPU fallback: raises{via}"
-    else:
-        category, detail = "fallback", f"no NPU kernel: torch_npu runs it on the CPU{via}"
+    if not events.listening():
+        return reported
     frame, site = None, None
     try:
         frame = sys._getframe(1)  # the Python code that called the operator
@@ -189,5 +180,5 @@ def _resolve(op: str, composite: bool, refused: bool) -> str:
         import torch
 
         site = ("<backward>" if torch._C._current_graph_task_id() != -1 else "<native thread>", 0)
-    REPORT.event(category, reported, detail, frame=frame, site=site)
+    events.emit("cpu_fallback", op=reported, via=op, refused=refused, frame=frame, site=site)
     return reported

@@ -108,7 +108,7 @@ def _stand_in(name: str, params: list, calls: list):
 
 
 def _torch_cuda_functions(rel) -> dict:
-    from ascend_shim.patches import torch_cuda
+    from ascend_shim.targets import torch_cuda
 
     names = set(torch_cuda.ALIASES) | set(torch_cuda.DEVICE_ARG)
     return {name: entry["params"] for name, entry in rel["npu_signatures"].items()
@@ -116,7 +116,7 @@ def _torch_cuda_functions(rel) -> dict:
 
 
 def test_torch_cuda_patches_apply_on_every_admitted_release_s_signatures(releases, clean_shim, monkeypatch):
-    from ascend_shim.patches import torch_cuda
+    from ascend_shim.targets import torch_cuda
 
     problems = []
     for version, rel in _admitted(releases, torch_cuda.PATCH_SETS).items():
@@ -149,7 +149,7 @@ def test_torch_cuda_patches_apply_on_every_admitted_release_s_signatures(release
 
 
 def test_the_emulator_s_torch_cuda_patches_all_apply(clean_shim):
-    from ascend_shim.patches import torch_cuda
+    from ascend_shim.targets import torch_cuda
 
     ascend_shim.activate(backend="sim", only="torch_cuda")
     skipped = {pid: info.get("reason") for pid, info in REPORT.patches.items()

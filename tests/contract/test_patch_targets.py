@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ascend_shim
-import ascend_shim.patches as patches_pkg
+import ascend_shim.targets as patches_pkg
 from ascend_shim.registry import PatchSet
 from ascend_shim.report import REPORT
 from ascend_shim.versions import satisfies
@@ -61,14 +61,14 @@ def test_declared_and_referenced_names_exist_in_every_admitted_release(releases)
 
 
 def test_torch_cuda_declares_what_it_maps_onto():
-    from ascend_shim.patches import torch_cuda
+    from ascend_shim.targets import torch_cuda
 
     assert set(torch_cuda.ALIASES) | set(torch_cuda.DEVICE_ARG) <= set(torch_cuda.NPU_NAMES)
     assert set(torch_cuda.NPU_NAMES.values()) <= {"skip", "fallback", "required"}
 
 
 def test_names_missing_in_some_admitted_release_are_the_known_ones(releases):
-    from ascend_shim.patches import torch_cuda
+    from ascend_shim.targets import torch_cuda
 
     missing = {name for rel in _admitted(releases, torch_cuda.PATCH_SETS).values()
                for name in torch_cuda.NPU_NAMES if name not in rel["npu_names"]}

@@ -1,31 +1,36 @@
-"""``patches/`` holds declarations: each module declares its patches and binds thin factories to code in
-``ascend_shim`` (mostly ``ascend_shim.providers``), read here from the source with ``ast``.
+"""Each target lives in one folder, ``ascend_shim/targets/<name>/``: its ``__init__`` declares (pure data, cheap to
+import), the modules beside it implement. Read here from the source with ``ast``:
 
-* no emulator: a patch module imports nothing of ``ascend_shim.sim``; what a patch may know of the emulated NPU is
-  on its ``PatchContext`` (``ctx.emulated``, ``ctx.emulated_device_name``, ``ctx.emulated_memory`` ...);
-* no private names: nothing whose module path or name starts with ``_`` is taken from ``ascend_shim``;
-* declarations only: no classes, and every module-level function is a factory (decorated by or passed to a patch
-  set's ``patch(...)``, directly or through ``functools.partial``), of at most :data:`FACTORY_LINES` lines.
+* declarations are data: no function, class or lambda; every ``<set>.patch(...)`` names its factory as a string
+  (``factory="function"`` of the set's implementation module, or ``"module:function"``); they import only the
+  registry, the version gates and other targets' declarations;
+* no emulator in any target module: what a patch may know of the emulated NPU is on its ``PatchContext``
+  (``ctx.emulated``, ``ctx.emulated_device_name``, ``ctx.emulated_memory`` ...);
+* declarations take no private name of the shim's core;
+* every built-in factory string resolves to a function, and the declarations load without torch.
 """
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-PATCHES = Path(__file__).resolve().parents[2] / "patches"
-PACKAGE = "ascend_shim.patches"
-#: the longest factory body (after its docstring): enough to bind a provider's function or wrap a call
-FACTORY_LINES = 20
+TARGETS = Path(__file__).resolve().parents[2] / "ascend_shim" / "targets"
+PACKAGE = "ascend_shim.targets"
 EMULATOR = "ascend_shim.sim"
+#: what a declarations module may import besides other targets' declarations
+DECLARATION_IMPORTS = ("__future__", "typing", "ascend_shim.registry", "ascend_shim.versions")
 
 
 def _module_name(path: Path) -> str:
     try:
-        parts = path.relative_to(PATCHES).with_suffix("").parts
-    except ValueError:  # a file checked from elsewhere stands for a module at the top of patches/
+        parts = path.relative_to(TARGETS).with_suffix("").parts
+    except ValueError:  # a file checked from elsewhere stands for a target's declarations
         parts = (path.stem,)
     if parts[-1] == "__init__":
         parts = parts[:-1]
@@ -49,32 +54,37 @@ def _private(dotted: str) -> bool:
     return any(part.startswith("_") for part in dotted.split("."))
 
 
-def _import_problems(tree: ast.Module, module: str, is_package: bool) -> list[str]:
-    found = []
-    aliases: dict[str, str] = {}  # a name bound to an ascend_shim module -> that module
+def _imports(tree: ast.Module, module: str, is_package: bool):
+    """(line, imported name, bound name, what the bound name is) for every import."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):  # (imported, bound name, what the name is bound to)
-            imported = [(a.name, a.asname, a.name) if a.asname else (a.name, *[a.name.partition(".")[0]] * 2)
-                        for a in node.names]
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name, a.asname or a.name.partition(".")[0], a.name if a.asname else \
+                    a.name.partition(".")[0]
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(node, module, is_package)
-            imported = [(f"{base}.{a.name}", a.asname or a.name, f"{base}.{a.name}") for a in node.names]
-        else:
+            for a in node.names:
+                yield node.lineno, f"{base}.{a.name}", a.asname or a.name, f"{base}.{a.name}"
+
+
+def _import_problems(tree: ast.Module, module: str, is_package: bool, declarations: bool) -> list[str]:
+    found = []
+    aliases: dict[str, str] = {}  # a name bound to an ascend_shim module -> that module
+    for line, full, bound, target in _imports(tree, module, is_package):
+        if full.partition(".")[0] != "ascend_shim":
             continue
-        for full, bound, target in imported:
-            if full.partition(".")[0] != "ascend_shim":
-                continue
-            aliases[bound] = target
-            if _is_emulator(full):
-                found.append(f"line {node.lineno}: imports the emulator ({full}); use the PatchContext")
-            elif not full.startswith(PACKAGE + ".") and _private(full.removeprefix("ascend_shim.")):
-                found.append(f"line {node.lineno}: imports a private name ({full})")
+        aliases[bound] = target
+        if _is_emulator(full):
+            found.append(f"line {line}: imports the emulator ({full}); use the PatchContext")
+        elif declarations and not full.startswith(PACKAGE + ".") and _private(full.removeprefix("ascend_shim.")):
+            found.append(f"line {line}: imports a private name ({full})")
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
             full = f"{aliases[node.value.id]}.{node.attr}"
             if _is_emulator(full):
                 found.append(f"line {node.lineno}: reaches the emulator ({full}); use the PatchContext")
-            elif node.attr.startswith("_") and not node.attr.startswith("__"):
+            elif declarations and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and not full.startswith(PACKAGE):
                 found.append(f"line {node.lineno}: uses a private name ({full})")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_emulator(node.value):
             found.append(f"line {node.lineno}: names the emulator's module {node.value!r}; use the PatchContext")
@@ -86,82 +96,49 @@ def _is_declaration(call: ast.expr) -> bool:
     return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "patch"
 
 
-def _factory_names_and_lambdas(tree: ast.Module) -> tuple[set[str], list[ast.Lambda]]:
-    names, lambdas = set(), []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and any(_is_declaration(d) for d in node.decorator_list):
-            names.add(node.name)
-        elif isinstance(node, ast.Call) and _is_declaration(node.func):
-            for arg in node.args:
-                if isinstance(arg, ast.Name):
-                    names.add(arg.id)
-                elif isinstance(arg, ast.Lambda):
-                    lambdas.append(arg)
-                elif isinstance(arg, ast.Call) and arg.args and isinstance(arg.args[0], ast.Name):  # partial(f, ...)
-                    names.add(arg.args[0].id)
-    return names, lambdas
-
-
-def _module_level(tree: ast.Module) -> list[ast.stmt]:
-    """The module's statements, with those of its top-level ``for`` / ``if`` / ``with`` / ``try`` blocks."""
-    out, todo = [], list(tree.body)
-    while todo:
-        node = todo.pop(0)
-        out.append(node)
-        if isinstance(node, (ast.For, ast.If, ast.With, ast.Try)):
-            todo.extend(n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, []))
-        elif isinstance(node, ast.ExceptHandler):
-            todo.extend(node.body)
-    return out
-
-
-def _body_lines(node: ast.FunctionDef | ast.Lambda) -> int:
-    if isinstance(node, ast.Lambda):
-        return node.end_lineno - node.lineno + 1
-    body = node.body
-    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        body = body[1:]  # the docstring
-    return node.end_lineno - body[0].lineno + 1
-
-
-def _declaration_problems(tree: ast.Module) -> list[str]:
+def _declaration_problems(tree: ast.Module, module: str) -> list[str]:
     found = []
-    factories, lambdas = _factory_names_and_lambdas(tree)
-    for node in _module_level(tree):
-        if isinstance(node, ast.ClassDef):
-            found.append(f"line {node.lineno}: class {node.name} is implementation (ascend_shim/providers)")
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if node.name not in factories:
-                found.append(f"line {node.lineno}: {node.name}() is no patch's factory: implementation belongs in "
-                             "ascend_shim/providers")
-            elif _body_lines(node) > FACTORY_LINES:
-                found.append(f"line {node.lineno}: factory {node.name}() is {_body_lines(node)} lines (at most "
-                             f"{FACTORY_LINES}): move its implementation to ascend_shim/providers")
-    for node in lambdas:
-        if _body_lines(node) > FACTORY_LINES:
-            found.append(f"line {node.lineno}: a factory lambda of {_body_lines(node)} lines")
+    for line, full, _bound, _target in _imports(tree, module, True):
+        allowed = full.startswith(tuple(f"{m}." for m in DECLARATION_IMPORTS)) or \
+            full.count(".") == 3 and full.startswith(PACKAGE + ".")  # ascend_shim.targets.<name>.<constant>
+        if not allowed:
+            found.append(f"line {line}: declarations import {full}: implementation belongs beside them")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            name = getattr(node, "name", "lambda")
+            found.append(f"line {node.lineno}: {name} is code: declarations are data (name the factory as a string)")
+        elif _is_declaration(node):
+            factory = next((k.value for k in node.keywords if k.arg == "factory"), None)
+            if factory is None:
+                found.append(f"line {node.lineno}: a patch declared without factory=\"module:function\"")
+            elif not isinstance(factory, (ast.Constant, ast.JoinedStr, ast.Name)):
+                found.append(f"line {node.lineno}: factory= is an expression; give its name as a string")
     return found
 
 
 def problems(path: Path | str, source: str | None = None) -> list[str]:
-    """What keeps the patch module at ``path`` (or ``source`` read as that module) from being declarations only."""
+    """What breaks the rules for the target module at ``path`` (or ``source`` read as that module)."""
     path = Path(path)
     text = path.read_text() if source is None else textwrap.dedent(source)
     tree = ast.parse(text, str(path))
-    return _import_problems(tree, _module_name(path), path.name == "__init__.py") + _declaration_problems(tree)
+    module = _module_name(path)
+    declarations = path.name == "__init__.py" and path.parent.parent == TARGETS and not path.parent.name.startswith("_")
+    found = _import_problems(tree, module, path.name == "__init__.py", declarations)
+    return found + _declaration_problems(tree, module) if declarations else found
 
 
-MODULES = sorted(p for p in PATCHES.rglob("*.py") if "__pycache__" not in p.parts)
+MODULES = sorted(p for p in TARGETS.rglob("*.py") if "__pycache__" not in p.parts)
+DECLARATIONS = sorted(p / "__init__.py" for p in TARGETS.iterdir() if p.is_dir() and not p.name.startswith("_")
+                      and p.name != "__pycache__")
 
 
-def test_the_patch_tree_is_read():
-    assert len(MODULES) > 20
-    assert {"torch_cuda.py", "nanochat.py", "flash_attn.py", "ray.py"} <= {p.name for p in MODULES}
+def test_the_target_tree_is_read():
+    assert len(DECLARATIONS) > 20
+    assert {"torch_cuda", "nanochat", "flash_attn", "ray"} <= {p.parent.name for p in DECLARATIONS}
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PATCHES)))
-def test_patch_module_is_declarations_and_thin_factories(path):
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(TARGETS)))
+def test_target_module_keeps_the_rules(path):
     assert problems(path) == []
 
 
@@ -172,46 +149,53 @@ def test_patch_module_is_declarations_and_thin_factories(path):
     ("import ascend_shim.sim.dynamo", "imports the emulator"),
     ("import ascend_shim\nascend_shim.sim.cpu_alias(t)", "reaches the emulator"),
     ("import sys\nsys.modules['ascend_shim.sim'].DEVICE_NAME", "names the emulator's module"),
-    ("from ascend_shim.providers.flash_attn import _npu", "private name"),
-    ("from ascend_shim.providers.flash_attn._hostlists import state", "private name"),
     ("from ascend_shim.devices import _TorchDevice", "private name"),
-    ("from ascend_shim.providers import nanochat\nnanochat._check_on_the_emulator", "private name"),
-    ("def helper(x):\n    return x", "no patch's factory"),
-    ("class View:\n    pass", "is implementation"),
-    ("s = None\n@s.patch('m:f', why='w', what='w', remove_when='r')\ndef f(ctx):\n" + "    x = 1\n" * 21
-     + "    return x", "factory f() is 22 lines"),
+    ("import torch", "declarations import torch"),
+    ("from ascend_shim.targets.nanochat.impl import plug_fa3", "declarations import ascend_shim.targets.nanochat.impl"),
+    ("def helper(x):\n    return x", "helper is code"),
+    ("class View:\n    pass", "View is code"),
+    ("s = None\n@s.patch('m:f', why='w', what='w', remove_when='r')\ndef f(ctx):\n    return 1", "f is code"),
+    ("s = None\ns.patch('m:f', why='w', what='w', remove_when='r')(lambda ctx: 1)", "lambda is code"),
+    ("s = None\ns.patch('m:f', why='w', what='w', remove_when='r')", "without factory="),
+    ("s = None\ns.patch('m:f', why='w', what='w', remove_when='r', factory='a' + 'b')", "is an expression"),
 ])
 def test_the_checks_catch_what_they_are_for(source, expected):
-    found = problems(PATCHES / "example.py", source)
+    found = problems(TARGETS / "example" / "__init__.py", source)
     assert any(expected in line for line in found), found
 
 
-def test_thin_factories_and_public_names_pass():
+def test_data_declarations_pass():
     source = """
-        import functools
-
-        from ascend_shim.providers.torch_cuda import LEGACY_TENSORS
         from ascend_shim.registry import PatchSet
+        from ascend_shim.targets.torch_cuda import LEGACY_TENSORS
 
-        s = PatchSet(id="s", title="t")
-
-
-        @s.patch("m:f", why="w", what="w", remove_when="r")
-        def f(ctx):
-            '''A docstring is not counted.'''
-            from ascend_shim.providers.nanochat import plug_fa3
-
-            return plug_fa3(ctx)
-
-
-        def legacy(ctx, name):
-            from ascend_shim.providers.torch_cuda import legacy_tensor
-
-            return legacy_tensor(name, LEGACY_TENSORS[name])
-
-
+        TRANSLATING = "ascend_shim.targets._shared.device_wrappers:translating"
+        s = PatchSet(id="s", title="t", implementation=f"{__name__}.impl")
+        s.patch("m:f", why="w", what="w", remove_when="r", factory="plug")
         for _name in LEGACY_TENSORS:
-            s.patch(f"m:{_name}", why="w", what="w", remove_when="r")(functools.partial(legacy, name=_name))
-            s.patch(f"n:{_name}", why="w", what="w", remove_when="r")(lambda ctx: ctx.emulated_device_name)
+            s.patch(f"m:{_name}", why="w", what="w", remove_when="r", factory=TRANSLATING, kwargs={"api": _name})
     """
-    assert problems(PATCHES / "example.py", source) == []
+    assert problems(TARGETS / "example" / "__init__.py", source) == []
+
+
+def test_every_builtin_factory_resolves_to_a_function():
+    from ascend_shim.registry import builtin_patch_sets
+
+    patches = [p for s in builtin_patch_sets() for p in s.patches if not p.id.endswith(".native")]
+    assert len(patches) > 250
+    unresolved = []
+    for patch in patches:
+        assert isinstance(patch.factory, str), patch.id
+        module, _, name = patch.factory.partition(":")
+        if not callable(getattr(importlib.import_module(module), name, None)):
+            unresolved.append(f"{patch.id}: {patch.factory}")
+    assert unresolved == []
+
+
+def test_declarations_load_without_torch_or_their_targets():
+    code = ("import sys\nfrom ascend_shim.registry import builtin_patch_sets\nsets = builtin_patch_sets()\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'ray', 'deepspeed', 'numpy') if m in sys.modules)\n"
+            "impl = sorted(m for m in sys.modules if m.startswith('ascend_shim.targets.') and m.count('.') > 2)\n"
+            "print(len(sets), heavy, impl)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
+    assert int(out[0]) > 20 and out[1].strip() == "[] []", out

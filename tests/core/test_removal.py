@@ -3,13 +3,14 @@ reason; a malformed one is a declaration error, and ``list`` shows and judges ev
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from ascend_shim.config import Config
 from ascend_shim.listing import collect, render
 from ascend_shim.registry import Patch, PatchSet, builtin_patch_sets
-from ascend_shim.removal import KINDS, Removal, evaluate, parse_removal
+from ascend_shim.removal import KINDS, LINKS, Removal, evaluate, parse_removal
 
 
 @pytest.mark.parametrize("text, kind, condition, distribution, specifier", [
@@ -33,6 +34,45 @@ def test_good_forms_parse_to_their_condition_and_keep_the_reason(text, kind, con
     data = removal.as_dict()
     assert data["kind"] == kind and data["reason"] == removal.reason
     assert data.get("url") == (condition if kind == "link" else None)
+
+
+SHA = "92d63d4e8bb4df75c3b71618f31ddde2378b2bcd"
+
+
+@pytest.mark.parametrize("url, link", [
+    ("https://github.com/huggingface/trl/issues/4790", "issue"),
+    ("https://github.com/huggingface/trl/issues/4790#issuecomment-1", "issue"),
+    ("https://github.com/pytorch/pytorch/pull/191916", "pull"),
+    ("https://github.com/pytorch/pytorch/pull/191916/files", "pull"),
+    (f"https://github.com/karpathy/nanochat/blob/{SHA}/nanochat/engine.py", "file"),
+    (f"https://github.com/karpathy/nanochat/blob/{SHA}/nanochat/engine.py#L111", "file"),
+    (f"https://github.com/Ascend/pytorch/tree/{SHA}/torch_npu/_inductor", "file"),
+    ("https://huggingface.co/kernels-community/flash-attn3", "page"),
+    ("https://github.com/triton-lang/triton-ascend", "page"),
+    ("https://github.com/triton-lang/triton-ascend/releases", "page"),
+    ("https://github.com/a/b/issues", "page"),  # the list, not one issue
+])
+def test_a_link_says_what_it_points_at(url, link):
+    removal = parse_removal(f"{url}: the reason")
+    assert (removal.kind, removal.condition, removal.link) == ("link", url, link)
+    assert removal.as_dict() == {"kind": "link", "condition": url, "reason": "the reason", "url": url, "link": link}
+    assert evaluate(removal).detail == f"tracked upstream ({LINKS[link]})"
+    assert parse_removal("never: x").link == parse_removal("torch_npu>=2.6: x").link == ""
+
+
+@pytest.mark.parametrize("url, ref", [
+    ("https://github.com/karpathy/nanochat/blob/master/nanochat/engine.py", "master"),
+    ("https://github.com/huggingface/transformers/blob/main/src/transformers/", "main"),
+    ("https://github.com/Ascend/pytorch/tree/master/torch_npu/_inductor", "master"),
+    ("https://github.com/vllm-project/vllm-ascend/blob/v0.11.0/vllm_ascend/platform.py", "v0.11.0"),
+    (f"https://github.com/a/b/blob/{SHA[:12]}/f.py", SHA[:12]),  # a short sha: not one fixed commit
+    (f"https://github.com/a/b/blob/{SHA.upper()}/f.py", SHA.upper()),
+])
+def test_a_file_on_a_branch_is_rejected(url, ref):
+    with pytest.raises(ValueError, match="remove_when link") as info:
+        parse_removal(f"{url}: the reason")
+    message = str(info.value)
+    assert repr(ref) in message and "link an issue, a pull request or the file at a commit" in message
 
 
 @pytest.mark.parametrize("text, says", [
@@ -90,6 +130,21 @@ def test_every_builtin_patch_has_a_checkable_condition():
         assert len(p.removal.reason) > 15, p.id  # the reason says what upstream lacks or added
 
 
+def test_every_builtin_link_is_of_an_accepted_kind():
+    """An issue, a pull request, a file at a commit or another page: never a file on a branch, which rots."""
+    links = [p for s in builtin_patch_sets() for p in s.patches if p.removal.kind == "link"]
+    assert links
+    for p in links:
+        removal = parse_removal(p.remove_when)
+        assert removal.link in LINKS, p.id
+        assert removal == p.removal, p.id
+        if removal.link == "file":  # https://github.com/<owner>/<repo>/blob/<sha>/<path>
+            parts = removal.condition.split("/")
+            assert parts[5] in ("blob", "tree") and re.fullmatch("[0-9a-f]{40}", parts[6]), p.id
+    kinds = {p.removal.link for p in links}
+    assert {"issue", "pull", "file"} <= kinds, kinds
+
+
 def test_evaluate_judges_a_version_condition_against_the_installed_version():
     avg = parse_removal("torch_npu>=2.6: HCCL accepts AVG")
     versions = {"torch_npu": "2.13.0+cpu"}
@@ -126,15 +181,19 @@ def test_list_shows_and_judges_each_condition(make_modules):
            f"{installed.__version__} satisfies >=1\n" in text
     assert f"holds until pytest>=999 (installed: pytest {installed.__version__})" in text
     assert "holds until no-such-distribution-xyz>=1 (no-such-distribution-xyz is not installed here)" in text
-    assert "remove when: https://github.com/pytest-dev/pytest/issues/1: tracked there\n  - " in text
-    assert "remove when: never: always needed\n" in text  # links and never are not judged here
-    assert "removal conditions: " in text.splitlines()[-1]
+    assert "remove when: https://github.com/pytest-dev/pytest/issues/1: tracked there\n" \
+           "                   tracked upstream (issue)\n  - " in text  # a link is named, not checked here
+    assert "remove when: never: always needed\n\n" in text  # never is not judged
+    assert re.fullmatch(r"removal conditions: \d+ version \(\d+ removable here\), \d+ link \((\d+ (issue|pull request|"
+                        r"file at a pinned commit|page)(, |\)))+, \d+ never", text.splitlines()[-1])
 
     listed = {q["id"]: q["removal"] for s in json.loads(render(config, "json")) for q in s["patches"]}
     assert listed[f"{p}conds.met"] == {"kind": "version", "condition": "pytest>=1", "reason": "pytest 1 has it",
                                        "distribution": "pytest", "specifier": ">=1", "state": "removable",
                                        "detail": f"removable here: pytest {installed.__version__} satisfies >=1"}
-    assert listed[f"{p}conds.link"]["url"] == "https://github.com/pytest-dev/pytest/issues/1"
+    assert listed[f"{p}conds.link"] == {"kind": "link", "condition": "https://github.com/pytest-dev/pytest/issues/1",
+                                        "reason": "tracked there", "url": "https://github.com/pytest-dev/pytest/issues/1",
+                                        "link": "issue", "state": "tracked", "detail": "tracked upstream (issue)"}
     assert [listed[f"{p}conds.{n}"]["state"] for n in ("unmet", "absent", "link", "never")] == \
         ["holds", "holds", "tracked", "permanent"]
 

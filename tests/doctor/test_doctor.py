@@ -1,5 +1,6 @@
 """``doctor`` against crafted environments: each verdict, the JSON shape, and the exit code."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -296,9 +297,10 @@ def test_bad_shim_setting_fails(make):
 
 
 def test_real_layer_asked_for_but_not_prepared_fails_with_the_fix(make, monkeypatch):
-    import ascend_shim.real_layer
+    import ascend_shim.sim.real_layer
 
-    monkeypatch.setattr(ascend_shim.real_layer, "find_prepared", lambda version=None: None)
+    monkeypatch.setattr(ascend_shim.sim.real_layer, "prepared_state",
+                        lambda version=None: (Path("/nowhere"), "absent", "Huawei's torch_npu 2.13 is not prepared"))
     _, checks, code = run(make(env={"ASCEND_SHIM_SIM_LAYER": "real"}, simulate=True))
     layer = one(checks, "sim-layer")
     assert layer.verdict == "FAIL" and "is not prepared" in layer.message and code == 1
@@ -307,7 +309,7 @@ def test_real_layer_asked_for_but_not_prepared_fails_with_the_fix(make, monkeypa
 
 def test_real_layer_files_changed_since_prepared_block_with_the_fix(make, tmp_path, monkeypatch):
     """Every file is hashed: a change the run's own check before import (file list and sizes) cannot see too."""
-    from ascend_shim.real_layer import prepare
+    from ascend_shim.sim.real_layer import prepare
     from ascend_shim.versions import base, installed_version
 
     from tests.real_layer.test_prepare import _wheel

@@ -2,7 +2,7 @@
 import pytest
 
 from ascend_shim import versions
-from ascend_shim.providers.vllm import check_pairing
+from ascend_shim.targets.vllm.impl import check_pairing
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 

@@ -180,7 +180,7 @@ def test_causal_mask_first_built_under_inference_mode_serves_generation_and_trai
     have no version counter (the NPU op's mask check reads it) and cannot be saved for a later training backward."""
     import flash_attn_interface as fa3
 
-    from ascend_shim.providers.flash_attn import _npu
+    from ascend_shim.targets.flash_attn import _npu
 
     monkeypatch.setattr(_npu, "_masks", {})  # as in a fresh process: no mask built yet
     torch.manual_seed(0)

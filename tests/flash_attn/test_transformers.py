@@ -173,7 +173,7 @@ def _use_provider_kernels(mfu, monkeypatch):
     """transformers' flash-attention functions resolved to the flash_attn provider's FA2 API (what transformers
     loads where the ``flash_attn`` package is its kernel), whose signature takes ``window_size``: transformers'
     own NPU functions take none, so transformers drops a sliding window before calling them."""
-    from ascend_shim.providers.flash_attn import fa2
+    from ascend_shim.targets.flash_attn import fa2
 
     real = mfu.lazy_import_flash_attention
 

@@ -29,7 +29,7 @@ def _require_deepspeed():
 
 def test_deepspeed_is_installed_and_in_the_declared_range():
     _require_deepspeed()
-    from ascend_shim.patches.deepspeed import ds
+    from ascend_shim.targets.deepspeed import ds
 
     version = versions.installed_version("deepspeed")
     assert versions.satisfies(version, ds.requires["deepspeed"]), version

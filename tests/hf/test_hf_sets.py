@@ -76,7 +76,7 @@ def test_without_the_shim_transformers_refuses_tf32_here(tmp_path):
     ({"optim": "paged_adamw_32bit"}, "paged_adamw_32bit"),
 ])
 def test_cuda_only_training_options_raise_naming_the_option(clean_shim, monkeypatch, tmp_path, kwargs, option):
-    from ascend_shim.providers import bitsandbytes
+    from ascend_shim.targets.bitsandbytes import impl as bitsandbytes
 
     monkeypatch.setattr(bitsandbytes, "installed_version", lambda: None)  # bitsandbytes options: without its kernels
     clean_shim.activate("sim")
@@ -88,7 +88,7 @@ def test_cuda_only_training_options_raise_naming_the_option(clean_shim, monkeypa
 
 
 def test_qlora_bitsandbytes_config_raises_naming_the_option(clean_shim, monkeypatch):
-    from ascend_shim.providers import bitsandbytes
+    from ascend_shim.targets.bitsandbytes import impl as bitsandbytes
 
     monkeypatch.setattr(bitsandbytes, "installed_version", lambda: "0.46.0")  # 4-bit kernels for CPU/CUDA only
     clean_shim.activate("sim")
@@ -137,7 +137,7 @@ def test_npu_fused_adamw_wrapper_survives_set_to_none_zeroing():
     with its first captured gradients; the shim's subclass gives AdamW's weights."""
     import torch_npu
 
-    from ascend_shim.providers.fused_adamw import fused_adamw_class
+    from ascend_shim.targets._shared.fused_adamw import fused_adamw_class
 
     def module_zero(model, opt):
         model.zero_grad(set_to_none=True)
@@ -203,7 +203,7 @@ def test_fast_ops_rmsnorm_probe_swaps_llama_and_keeps_a_gemma_style_norm(clean_s
         def forward(self, x):
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)
 
-    from ascend_shim.providers.fast_ops import probe_rmsnorm
+    from ascend_shim.targets.fast_ops.impl import probe_rmsnorm
 
     assert probe_rmsnorm(OffsetRMSNorm(16))[0] is None
     assert probe_rmsnorm(norms[0])[0] == "variance_epsilon"

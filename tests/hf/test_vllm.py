@@ -31,7 +31,7 @@ def _require_vllm():
 
 def _fake_pairing(monkeypatch):
     """vllm-ascend of vllm's release line, registered; torch_npu on torch's base version."""
-    import ascend_shim.providers.vllm as pv
+    import ascend_shim.targets.vllm.impl as pv
 
     real = versions.installed_version
     vl = real("vllm")
@@ -75,7 +75,7 @@ def _events(api_part):
 
 # -- the pairing rules (no vllm needed) ---------------------------------------------------------------------
 def test_pairing_rules():
-    from ascend_shim.providers.vllm import check_pairing, pairing_problems
+    from ascend_shim.targets.vllm.impl import check_pairing, pairing_problems
 
     good = {"vllm": "0.13.0", "vllm-ascend": "0.13.0rc1", "torch": "2.8.0", "torch-npu": "2.8.0.post2",
             "numpy": "1.26.4"}
@@ -101,7 +101,7 @@ def test_pairing_rules():
 
 def test_translation_on_plain_kwargs():
     """The translation itself, on the keyword names vLLM's CLI produces (no vllm needed)."""
-    from ascend_shim.providers.vllm import translate_engine_args
+    from ascend_shim.targets.vllm.impl import translate_engine_args
 
     fields = {"model", "device", "kv_cache_dtype", "quantization", "enforce_eager", "weight_transfer_config"}
     kw = {"model": "m", "device": "cuda:0", "kv_cache_dtype": "fp8_e5m2", "weight_transfer_config": {"backend": "ipc"}}
@@ -122,7 +122,7 @@ def test_translation_on_plain_kwargs():
 # -- the real vllm package ----------------------------------------------------------------------------------
 def test_vllm_is_installed_and_in_the_declared_range():
     _require_vllm()
-    from ascend_shim.patches.vllm import vllm as pset
+    from ascend_shim.targets.vllm import vllm as pset
 
     version = versions.installed_version("vllm")
     assert versions.satisfies(version, pset.requires["vllm"]), version
@@ -208,7 +208,7 @@ def test_without_the_shim_vllm_keeps_the_cuda_values(monkeypatch):
 
 CHILD = textwrap.dedent("""
     import json, os, sys
-    import ascend_shim, ascend_shim.providers.vllm as pv
+    import ascend_shim, ascend_shim.targets.vllm.impl as pv
     assert ascend_shim.is_active(), "the bootstrap did not activate the shim in the child"
     pv.platform_problems = lambda: ([], [])  # vllm-ascend stands in (not installable here)
     import vllm.platforms as vp

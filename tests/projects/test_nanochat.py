@@ -19,7 +19,7 @@ FIXTURE = os.path.join(HERE, "nanochat_like")
 NO_KERNELS = os.path.join(FIXTURE, "no_kernels")
 TRAIN = os.path.join(FIXTURE, "train.py")
 WEB = os.path.join(FIXTURE, "web.py")
-FA3 = "ascend_shim.providers.flash_attn.fa3"
+FA3 = "ascend_shim.targets.flash_attn.fa3"
 
 
 def _env(**extra):
@@ -186,7 +186,7 @@ def test_import_time_capability_and_peak_flops(nanochat_like, clean_shim):
 
 
 def test_device_type_npu_argument():
-    from ascend_shim.providers.nanochat import device_type_changes
+    from ascend_shim.targets.nanochat.impl import device_type_changes
 
     assert device_type_changes(["x.py", "--device-type=npu", "--depth=2"]) == [(1, "--device-type=cuda")]
     assert device_type_changes(["x.py", "--device-type", "npu"]) == [(2, "cuda")]

@@ -51,7 +51,7 @@ def test_pynvml_answer_in_process(clean_shim, monkeypatch):
     """The NPU-backed pynvml directly: life cycle, memory from torch.npu, unsupported calls named."""
     import importlib
 
-    nvml = importlib.import_module("ascend_shim.providers.pynvml")
+    nvml = importlib.import_module("ascend_shim.targets.realhf.pynvml")
     clean_shim.activate(backend="sim", inherit=False)
     with pytest.raises(nvml.NVMLError_Uninitialized):
         nvml.nvmlDeviceGetCount()

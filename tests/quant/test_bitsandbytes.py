@@ -42,7 +42,7 @@ def test_transformers_bnb_options_are_allowed_with_a_version_that_runs(clean_shi
 @pytest.mark.parametrize("version, said", [("0.46.0", "bitsandbytes 0.46.0 has no kernels for the NPU"),
                                            (None, "bitsandbytes is not installed")])
 def test_a_version_without_npu_kernels_is_refused_in_one_line(clean_shim, monkeypatch, tmp_path, version, said):
-    from ascend_shim.providers import bitsandbytes as provider
+    from ascend_shim.targets.bitsandbytes import impl as provider
 
     monkeypatch.setattr(provider, "installed_version", lambda: version)
     clean_shim.activate("sim")
@@ -56,7 +56,7 @@ def test_a_version_without_npu_kernels_is_refused_in_one_line(clean_shim, monkey
 
 
 def test_an_optimizer_op_without_an_npu_kernel_is_one_line(clean_shim, monkeypatch):
-    from ascend_shim.providers import bitsandbytes as provider
+    from ascend_shim.targets.bitsandbytes import impl as provider
 
     clean_shim.activate("sim")
     monkeypatch.setattr(provider, "runs_on_npu", lambda op: op != "optimizer_update_8bit_blockwise")

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from ascend_shim.errors import UnsupportedOnNPUError
-from ascend_shim.real_layer import find_prepared
-from ascend_shim.real_layer.prepare import CANN_VERSION
+from ascend_shim.sim import CANN_VERSION
+from ascend_shim.sim.real_layer import find_prepared
 
 pytest.importorskip("kernels")
 

@@ -39,7 +39,7 @@ def test_with_triton_ascend_liger_takes_its_own_npu_path(clean_shim, monkeypatch
     """liger-kernel is NPU-native: it sees the NPU (its infer_device() says npu, not the cuda that CUDA code is
     told) and, with triton-ascend installed, imports its NPU kernels untouched -- here, with the CUDA Triton
     standing in for triton-ascend, that import fails in liger-kernel's own way."""
-    from ascend_shim.providers import triton as provider
+    from ascend_shim.targets.triton import impl as provider
 
     monkeypatch.setattr(provider, "triton_ascend_version", lambda: "3.2.0")
     clean_shim.activate(backend="sim")

@@ -1,6 +1,7 @@
 """A Ray node started under the shim whose backend cannot come up says so at ``ray start`` (it used to start
 silently with no NPU resource, and a job asking for NPUs waited on its placement group forever)."""
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,14 @@ def _activated(backend: str, **extra) -> dict:
     """A node set up by hand as the README says: ASCEND_SHIM=1, the backend, the bootstrap on PYTHONPATH."""
     return clean_env(ASCEND_SHIM="1", ASCEND_SHIM_BACKEND=backend,
                      PYTHONPATH=os.pathsep.join([BOOTSTRAP_DIR, REPO]), **extra)
+
+
+def _evaluated(*options: str) -> dict:
+    """A node set up by evaluating what ``ascend-shim env`` prints, as a shell that runs ``ray start`` would."""
+    line = f'eval "$({shlex.quote(sys.executable)} -m ascend_shim env {shlex.join(options)})" && env -0'
+    proc = subprocess.run(["bash", "-c", line], env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return dict(item.split("=", 1) for item in proc.stdout.split("\0") if item)
 
 
 def test_npu_backend_without_torch_npu_says_the_node_has_no_npu(tmp_path):
@@ -54,6 +63,14 @@ def test_sim_backend_counts_the_emulated_npus_without_a_word(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "8", proc.stderr
     assert "offers no NPU" not in proc.stderr
+
+
+def test_a_node_set_up_by_the_env_command_counts_the_emulated_npus(tmp_path):
+    env = _evaluated("--simulate", "--log-level", "warning")
+    assert env["PYTHONPATH"] == os.pathsep.join([BOOTSTRAP_DIR, REPO])
+    proc = subprocess.run([sys.executable, "-c", COUNT], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "8", proc.stderr
 
 
 @pytest.mark.slow

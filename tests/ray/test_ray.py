@@ -50,7 +50,7 @@ def cpu_losses():
 
 # -- fast: what ray.init and the workers get ----------------------------------------------------------------
 def test_runtime_env_is_merged_with_the_users_never_replacing_it(clean_shim):
-    from ascend_shim.providers import ray as ray_provider
+    from ascend_shim.targets.ray import impl as ray_provider
 
     assert ray_provider.merge_runtime_env({"pip": ["x"]}) == {"pip": ["x"]}  # not active: untouched
     clean_shim.activate("sim")
@@ -65,7 +65,7 @@ def test_runtime_env_is_merged_with_the_users_never_replacing_it(clean_shim):
 
 
 def test_a_users_setup_hook_runs_after_activation(clean_shim, monkeypatch):
-    from ascend_shim.providers import ray as ray_provider
+    from ascend_shim.targets.ray import impl as ray_provider
 
     clean_shim.activate("sim")
     real_activate_worker, calls = ray_provider.activate_worker, []
@@ -86,7 +86,7 @@ def test_a_users_setup_hook_runs_after_activation(clean_shim, monkeypatch):
 def test_job_submission_carries_the_activation(clean_shim, monkeypatch):
     from ray.job_submission import JobSubmissionClient
 
-    from ascend_shim.providers import ray as ray_provider
+    from ascend_shim.targets.ray import impl as ray_provider
 
     clean_shim.activate("sim")
     sent = {}
@@ -157,7 +157,7 @@ def test_a_task_that_holds_a_torch_cuda_function_comes_up_quietly_on_the_real_la
     """The task pickles the shim's torch.cuda.synchronize (a wrapper named after torch_npu's) by value: the worker's
     first import is then torch_npu, before torch. The shim's torch patches wait until torch.npu exists (they failed,
     71 of them, each with a warning line in the driver's output)."""
-    from ascend_shim.real_layer import find_prepared
+    from ascend_shim.sim.real_layer import find_prepared
 
     assert find_prepared() is not None, "run `python -m ascend_shim fetch-torch-npu` (the README's test command does)"
     out, proc = run_driver(tmp_path, '''

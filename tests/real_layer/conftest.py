@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ascend_shim.real_layer import find_prepared
+from ascend_shim.sim.real_layer import find_prepared
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -7,7 +7,7 @@ from .conftest import run_shim
 
 _SCRIPT = """
 import torch
-from ascend_shim.providers.fused_adamw import fused_adamw_class
+from ascend_shim.targets._shared.fused_adamw import fused_adamw_class
 
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 4).cuda()

@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from ascend_shim.errors import ConfigError
-from ascend_shim.real_layer import loader, prepare
+from ascend_shim.sim.real_layer import loader, prepare
 
 _YAML = """backend: NPU
 cpp_namespace: at_npu::native
@@ -124,7 +124,8 @@ def test_a_plain_python_never_sees_the_prepared_package(prepared):
 
 def test_activation_on_a_package_no_longer_prepared_says_so(monkeypatch):
     """The layer was chosen while the package was prepared; removed before activation put it in place."""
-    from ascend_shim import backend, real_layer
+    from ascend_shim import backend
+    from ascend_shim.sim import real_layer
 
     before = loader.enabled_site()  # the real lane's own, or none
     monkeypatch.setattr(real_layer, "find_prepared", lambda version=None: None)

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from ascend_shim.real_layer import prepare
+from ascend_shim.sim.real_layer import prepare
 
 from .conftest import run_shim
 
@@ -32,7 +32,7 @@ class _Ctx:
 
 
 def _handler(message, force_stop=False, pattern_attr="npu_exception"):
-    from ascend_shim.providers.torch_npu import NPU_ERROR
+    from ascend_shim.targets.torch_npu.impl import NPU_ERROR
 
     handler = type("Handler", (), {})()
     handler.exception, handler.force_stop_flag = message, force_stop
@@ -41,7 +41,7 @@ def _handler(message, force_stop=False, pattern_attr="npu_exception"):
 
 
 def test_the_exit_handler_keeps_torch_npus_handling_of_npu_errors():
-    from ascend_shim.providers.torch_npu import quiet_exit_handler
+    from ascend_shim.targets.torch_npu.impl import quiet_exit_handler
 
     calls = []
     handle = quiet_exit_handler(_Ctx(lambda self: calls.append(self.exception)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ascend_shim import build_cache, config
-from ascend_shim.real_layer import prepare
+from ascend_shim.sim.real_layer import prepare
 
 from tests.subprocess_env import shim_free_env
 
@@ -32,7 +32,7 @@ _PROGRAM = """
 import os, subprocess, sys
 os.chdir("elsewhere")  # as Hydra does
 from ascend_shim import build_cache
-from ascend_shim.real_layer import prepare
+from ascend_shim.sim.real_layer import prepare
 print(build_cache.cache_root())
 print(prepare.torch_npu_root())
 child = "import os; print(os.environ['ASCEND_SHIM_SIM_BUILD_DIR']); print(os.environ['ASCEND_SHIM_TORCH_NPU_DIR'])"

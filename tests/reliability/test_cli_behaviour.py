@@ -1,14 +1,17 @@
 """The CLI behaves like ``python`` (findings 8 and 9): what python accepts runs the same, what it rejects is one
 line; user tracebacks start at the user's frame under both entry points; the bootstrap is silent in pythons
-that cannot import ascend_shim."""
+that cannot import ascend_shim; ``env`` prints what activates a process started by hand."""
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 import ascend_shim
+from ascend_shim.activation import BOOTSTRAP_DIR
 from ascend_shim.errors import ConfigError
 
 from tests.subprocess_env import shim_free_env
@@ -140,7 +143,9 @@ def test_bootstrap_is_silent_where_ascend_shim_is_not_importable(tmp_path):
     ({"only": [1, 2]}, "only must be a comma-separated str or a list of str, not list"),
     ({"strict": "yes"}, "strict must be True or False, not str"),
     ({"backend": 5}, "backend must be a str, not int"),
-    ({"report": 1.5}, "report must be a str, not float"),
+    ({"report": 1.5}, "report must be a str or a path, not float"),
+    ({"sim_layer": True}, "sim_layer must be a str, not bool"),
+    ({"sim_devices": 2.0}, "sim_devices must be an int or a str, not float"),
 ])
 def test_bad_api_arguments_name_the_argument(clean_shim, kwargs, needle):
     with pytest.raises(TypeError, match=re.escape(needle)):
@@ -151,14 +156,15 @@ def test_bad_api_arguments_name_the_argument(clean_shim, kwargs, needle):
 @pytest.mark.parametrize("good", ["torch_cuda", "torch_cuda.*", "torch-cuda", "t?rch_cuda", "torch_[ab]uda"])
 def test_id_message_lists_only_accepted_characters(good):
     """Every character class the message names is accepted by the parser, and a refused one is not named."""
-    from ascend_shim.config import _parse_list
+    from ascend_shim.config import row
 
-    assert _parse_list("ASCEND_SHIM_DISABLE", good) == (good,)
+    ids = row("disable")
+    assert ids.parse(good) == (good,)
     with pytest.raises(ConfigError) as info:
-        _parse_list("ASCEND_SHIM_DISABLE", "a!b")
+        ids.parse("a!b")
     msg = str(info.value)
     for named in re.findall(r"'(.)'", msg.split(";", 1)[1]):
-        assert _parse_list("ASCEND_SHIM_DISABLE", f"a{named}b") == (f"a{named}b",), named
+        assert ids.parse(f"a{named}b") == (f"a{named}b",), named
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10 words these its own way")
@@ -177,3 +183,67 @@ def test_a_binary_script_gets_pythons_message_and_status(tmp_path, name, data):
     plain = subprocess.run([sys.executable, f"{name}.py"], cwd=tmp_path, capture_output=True, text=True)
     assert plain.returncode == 1 and "SyntaxError" in plain.stderr
     assert (shim.returncode, shim.stderr) == (plain.returncode, plain.stderr)
+
+
+# -- the options reach the activation; `env` activates a process started by hand ------------------------------
+#: what an activated Python shows of its activation (it never imports torch: nothing comes up)
+SHOW = """\
+import json, os, ascend_shim
+from ascend_shim.activation import current_config
+from ascend_shim.report import REPORT
+c = current_config()
+print(json.dumps({"active": ascend_shim.is_active(), "backend": c.backend, "sim_layer": c.sim_layer,
+                  "report": c.report, "report_layer": REPORT.sim_layer,
+                  "child_layer": os.environ.get("ASCEND_SHIM_SIM_LAYER"), "pythonpath": os.environ["PYTHONPATH"]}))
+"""
+
+
+def test_run_options_reach_the_activation_and_its_children(tmp_path):
+    (tmp_path / "show.py").write_text(SHOW)
+    proc = run_cli(["run", "--simulate", "--sim-layer", "builtin", "--log-level", "off", "--report", "r.json",
+                    "show.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["active"] and (shown["backend"], shown["sim_layer"], shown["report_layer"]) == ("sim", "builtin",
+                                                                                               "builtin")
+    assert shown["child_layer"] == "builtin" and shown["report"] == str(tmp_path / "r.json")
+
+
+def test_env_lines_evaluated_by_the_shell_activate_a_python_started_by_hand(tmp_path):
+    odd = tmp_path / "a dir with 'quotes', $HOME and spaces"
+    odd.mkdir()
+    pythonpath = os.pathsep.join([str(odd), os.path.dirname(os.path.dirname(ascend_shim.__file__))])
+    env = shim_free_env()
+    env["PYTHONPATH"] = pythonpath
+    python = shlex.quote(sys.executable)
+    script = (f'eval "$({python} -m ascend_shim env --simulate --sim-layer builtin --report r.json)" && '
+              f"exec {python} -c {shlex.quote(SHOW)}")
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["active"] and (shown["backend"], shown["sim_layer"], shown["report_layer"]) == ("sim", "builtin",
+                                                                                               "builtin")
+    assert shown["report"] == str(tmp_path / "r.json")  # as given where `env` ran, whatever the process's cwd
+    assert shown["pythonpath"] == os.pathsep.join([BOOTSTRAP_DIR, pythonpath])
+
+
+def test_env_prints_the_switch_the_settings_given_and_the_bootstrap_once(tmp_path):
+    holding = os.pathsep.join(["/somewhere", BOOTSTRAP_DIR])
+    proc = run_cli(["env", "--backend", "sim", "--disable", " a , b", "--strict"], cwd=tmp_path,
+                   env={"PYTHONPATH": holding})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["export ASCEND_SHIM=1", "export ASCEND_SHIM_BACKEND=sim",
+                                        "export ASCEND_SHIM_DISABLE=a,b", "export ASCEND_SHIM_STRICT=1",
+                                        f"export PYTHONPATH={shlex.quote(holding)}"]
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["env", "--simulate"], {"ASCEND_SHIM_SIM_DEVICES": "abc"}, "ascend-shim: error: ASCEND_SHIM_SIM_DEVICES='abc'"),
+    (["env", "--simulate", "--backend", "npu"], {}, "ascend-shim: error: --simulate contradicts --backend npu"),
+    (["env", "--only", "a,,b"], {}, "ascend-shim: error: ASCEND_SHIM_ONLY='a,,b' is malformed"),
+])
+def test_env_with_a_bad_setting_prints_nothing_to_evaluate(tmp_path, args, env, needle):
+    proc = run_cli(args, cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert _one_line(proc.stderr).startswith(needle), proc.stderr

@@ -288,13 +288,31 @@ def test_the_programs_wakeup_fd_sees_no_trace_of_the_shims(clean_shim):
     os.set_blocking(write, False)
     try:
         clean_shim.activate("sim", inherit=False)
-        assert exit_signals._wakeup is not None
+        assert exit_signals._wakeup is not None and clean_shim.is_patched("signal.set_wakeup_fd")
         assert signal.set_wakeup_fd(write) == -1
         assert signal.set_wakeup_fd(-1) == write
         assert signal.set_wakeup_fd(-1) == -1  # the shim's again, unseen
         clean_shim.deactivate()
         assert signal.set_wakeup_fd(-1) == -1 and exit_signals._wakeup is None
+        assert not clean_shim.is_patched("signal.set_wakeup_fd")
     finally:
         signal.signal(signal.SIGTERM, before)
         os.close(read)
         os.close(write)
+
+
+def test_a_set_wakeup_fd_the_program_puts_in_place_later_stays(clean_shim):
+    before, original = signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def theirs(fd, /, *, warn_on_full_buffer=True):
+        return original(fd, warn_on_full_buffer=warn_on_full_buffer)
+
+    try:
+        clean_shim.activate("sim", inherit=False)
+        signal.set_wakeup_fd = theirs
+        clean_shim.deactivate()
+        assert signal.set_wakeup_fd is theirs and not clean_shim.is_patched("signal.set_wakeup_fd")
+    finally:
+        signal.set_wakeup_fd = original
+        signal.signal(signal.SIGTERM, before)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_shim.real_layer import loader, prepare
+from ascend_shim.sim.real_layer import loader, prepare
 
 from tests.real_layer.test_prepare import _torch_release, _wheel
 from tests.subprocess_env import shim_free_env
@@ -131,7 +131,7 @@ def test_a_link_at_the_lock_is_not_followed(root, tmp_path, capsys):
 _AT_ONCE = """
 import os, sys, time
 from pathlib import Path
-from ascend_shim.real_layer import prepare
+from ascend_shim.sim.real_layer import prepare
 
 gate, runs = Path(sys.argv[1]), int(sys.argv[2])
 set_modes = prepare._set_modes

@@ -61,7 +61,7 @@ def test_import_torch_npu_returns_the_emulator(sim):
         # torch.npu.amp.autocast_mode, import a second copy of its amp package as torch.npu.amp)
         assert importlib.import_module("torch_npu.npu.amp") is torch.npu.amp
     else:  # Huawei's package, as fetch-torch-npu prepared it
-        from ascend_shim.real_layer import find_prepared
+        from ascend_shim.sim.real_layer import find_prepared
 
         assert torch_npu.__file__ == str(find_prepared() / "site" / "torch_npu" / "__init__.py")
     assert torch_npu.npu is torch.npu

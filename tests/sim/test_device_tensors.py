@@ -415,7 +415,7 @@ def test_grad_scaler_scales_unscales_and_skips_overflow_steps():
     else:  # Huawei's subclass, which keeps no _device
         import inspect
 
-        from ascend_shim.real_layer import find_prepared
+        from ascend_shim.sim.real_layer import find_prepared
 
         here = find_prepared() / "site" / "torch_npu" / "npu" / "amp" / "grad_scaler.py"
         assert inspect.getfile(type(scaler)) == str(here) and scaler._enabled

@@ -10,7 +10,7 @@ import ascend_shim
 from ascend_shim import binding
 from ascend_shim.binding import DECLARED, KEYWORD_ONLY, Binding, bind, documented_parameters
 from ascend_shim.errors import TargetMissing
-from ascend_shim.providers.device_wrappers import translate_device
+from ascend_shim.targets._shared.device_wrappers import translate_device
 from ascend_shim.report import REPORT
 
 TARGETS = ("torch.distributed", "torch.distributed.device_mesh", "torch.distributed.fsdp",

@@ -12,7 +12,7 @@ import threading
 import pytest
 import torch
 
-from ascend_shim.providers.device_wrappers import translate_device
+from ascend_shim.targets._shared.device_wrappers import translate_device
 from ascend_shim.report import REPORT
 
 from tests.subprocess_env import shim_free_env

@@ -2,7 +2,8 @@
 
 Every name in ``__all__`` is the kernel of the ``torch.ops.npu`` operator of that name (:mod:`.library` registers
 them, with their backward ops, at the NPU's dispatch keys); the emulated ``torch_npu`` exports the operators, as
-torch_npu does: ``torch_npu.<name> is torch.ops.npu.<name>``. ``torch_npu.optim.NpuFusedAdamW`` is
+torch_npu does: ``torch_npu.<name> is torch.ops.npu.<name>``. Each op is declared once, in the module implementing
+it (:mod:`._registry`), and the names here are read from those declarations. ``torch_npu.optim.NpuFusedAdamW`` is
 :class:`ascend_shim.sim.ops.optim.NpuFusedAdamW`.
 
 The public functions accept npu tensors only (a host tensor is rejected as the real NPU-only ops reject it), then
@@ -28,19 +29,7 @@ where the hardware's behaviour is undocumented or where the emulator is stricter
 * TND rows past the last cumulative length (uninitialised on hardware) are zeros.
 """
 from ..errors import NotEmulatedError as NotEmulatedError  # public; not in __all__ (not a torch_npu name)
-from .fusion_attention import npu_fusion_attention, npu_fusion_attention_grad
-from .infer_attention import npu_fused_infer_attention_score, npu_incre_flash_attention, npu_prompt_flash_attention
-from .norm_act import npu_geglu, npu_rms_norm, npu_swiglu
-from .rotary import npu_rotary_mul
+from ._registry import specs as _specs
 
-__all__ = [
-    "npu_fusion_attention",
-    "npu_fusion_attention_grad",
-    "npu_prompt_flash_attention",
-    "npu_incre_flash_attention",
-    "npu_fused_infer_attention_score",
-    "npu_rotary_mul",
-    "npu_rms_norm",
-    "npu_swiglu",
-    "npu_geglu",
-]
+globals().update({spec.name: spec.kernel for spec in _specs() if not spec.internal})
+__all__ = [spec.name for spec in _specs() if not spec.internal]

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import numbers
-import sys
 from typing import Any, NoReturn
 from collections.abc import Iterable
 
 import torch
 
-from .. import counters
+from .. import counters, cpu_alias, is_installed
 from ..errors import NotEmulatedError as NotEmulatedError  # the op modules import it from here
 
 INT32_MAX = 2147483647
@@ -140,9 +139,8 @@ def host(t: torch.Tensor) -> torch.Tensor:
     """
     if t.device.type == "cpu":
         return t
-    sim = sys.modules.get("ascend_shim.sim")  # the emulator: a zero-copy host alias, not a counted d2h copy
-    if t.device.type == "npu" and sim is not None and getattr(sim, "is_installed", lambda: False)():
-        return sim.cpu_alias(t.detach())  # read-only use by the caller
+    if t.device.type == "npu" and is_installed():  # the emulator: a zero-copy host alias, not a counted d2h copy
+        return cpu_alias(t.detach())  # read-only use by the caller
     return t.detach().to("cpu")
 
 

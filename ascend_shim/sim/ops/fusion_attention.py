@@ -27,7 +27,9 @@ import torch
 from . import _attention_core as core
 from . import _release, _rng
 from ._common import INT32_MAX, NotEmulatedError, check, check_float_dtypes, check_npu, dtype_name, fail, \
-    int_list, is_compressed_causal_mask, record
+    int_list, is_compressed_causal_mask
+from ._derivatives import OpFunction, argument_names
+from ._registry import npu_op
 
 OP = "npu_fusion_attention"
 OP_GRAD = "npu_fusion_attention_grad"
@@ -645,23 +647,104 @@ def _backward(plan: _Plan, q, k, v, dy, attention_in, smax, ssum, seed, offset, 
     return dq, dk, dv, dpse
 
 
-class _FusionAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, plan, seed, offset, q, k, v, pse):
-        out, smax, ssum = _forward(plan, q, k, v, seed, offset)
-        ctx.plan, ctx.seed, ctx.offset = plan, seed, offset
-        ctx.save_for_backward(q, k, v, pse, out, smax, ssum)
-        ctx.mark_non_differentiable(smax, ssum)
-        return out, smax, ssum
+# -------------------------------------------------------------------------------------------------- derivative
+
+# the forward's arguments the grad op takes again (under its own name where it differs)
+_GRAD_ARGUMENTS = {"pse": "pse", "padding_mask": "padding_mask", "atten_mask": "atten_mask", "scale": "scale_value",
+                   "keep_prob": "keep_prob", "pre_tockens": "pre_tockens", "next_tockens": "next_tockens",
+                   "inner_precise": "inner_precise", "prefix": "prefix", "actual_seq_qlen": "actual_seq_qlen",
+                   "actual_seq_kvlen": "actual_seq_kvlen", "sparse_mode": "sparse_mode",
+                   "gen_mask_parallel": "gen_mask_parallel", "sync": "sync", "softmax_layout": "softmax_layout",
+                   "sink": "sink"}
+
+
+class _FusionAttention(OpFunction):
+    INPUTS = ("query", "key", "value", "pse")
 
     @staticmethod
-    def backward(ctx, dout, _dmax, _dsum):
-        q, k, v, pse, out, smax, ssum = ctx.saved_tensors
-        plan = ctx.plan
-        need_dpse = pse is not None and ctx.needs_input_grad[6]
-        dq, dk, dv, dpse = _backward(plan, q, k, v, dout.contiguous(), out, smax, ssum, ctx.seed, ctx.offset,
-                                     need_dpse)
-        return None, None, None, dq, dk, dv, dpse
+    def forward(ctx, call, query, key, value, pse):
+        out = call.below_autograd()
+        attention, softmax_max, softmax_sum, softmax_out = out[:4]
+        bound = call.bound
+        ctx.grad_op = call.grad_op
+        ctx.head_num, ctx.layout = bound["head_num"], bound["input_layout"]
+        ctx.seed, ctx.offset, ctx.numels = out[4:7]
+        ctx.options = {name: bound[name] for name in _GRAD_ARGUMENTS
+                       if name in bound and not isinstance(bound[name], torch.Tensor)}
+        ctx.save_for_backward(query, key, value, pse, bound["padding_mask"], bound["atten_mask"], bound.get("sink"),
+                              attention, softmax_max, softmax_sum, softmax_out)
+        ctx.mark_non_differentiable(softmax_max, softmax_sum, softmax_out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad, *_non_differentiable):
+        query, key, value, pse, padding_mask, atten_mask, sink, attention, softmax_max, softmax_sum, softmax_out = \
+            ctx.saved_tensors
+        accepted = argument_names(ctx.grad_op)
+        options = {_GRAD_ARGUMENTS[name]: value for name, value in ctx.options.items()}
+        options.update(pse=pse, padding_mask=padding_mask, atten_mask=atten_mask, sink=sink, softmax_max=softmax_max,
+                       softmax_sum=softmax_sum, softmax_in=softmax_out, attention_in=attention, seed=ctx.seed,
+                       offset=ctx.offset, numels=ctx.numels)
+        grads = ctx.grad_op(query, key, value, grad.contiguous(), ctx.head_num, ctx.layout,
+                            **{name: value for name, value in options.items() if name in accepted})
+        dq, dk, dv, dpse = grads[:4]
+        return None, dq, dk, dv, dpse
+
+
+# --------------------------------------------------------------------------------------------------- Meta kernels
+
+def _meta_sizes(query, key, value, head_num, layout):
+    """(B, Sq, Skv, Dv) (B, Sq, Skv None for TND)."""
+    if layout in ("BSH", "SBH"):
+        b, s = (0, 1) if layout == "BSH" else (1, 0)
+        d = query.shape[2] // head_num
+        nkv = key.shape[2] // d
+        return query.shape[b], query.shape[s], key.shape[s], value.shape[2] // nkv
+    if layout == "BSND":
+        return query.shape[0], query.shape[1], key.shape[1], value.shape[3]
+    if layout == "BNSD":
+        return query.shape[0], query.shape[2], key.shape[2], value.shape[3]
+    return None, None, None, value.shape[2]
+
+
+def _meta_out_shape(query, head_num, layout, dv):
+    if layout in ("BSH", "SBH"):
+        return (query.shape[0], query.shape[1], head_num * dv)
+    if layout == "TND":
+        return (query.shape[0], query.shape[1], dv)
+    return (*query.shape[:3], dv)
+
+
+def _forward_meta(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None, scale=1.,
+                  keep_prob=1., pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0, prefix=None,
+                  actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False,
+                  softmax_layout="", sink=None, dropout_mask=None, seed=0, offset=0):
+    """Answers the arguments ``seed``/``offset`` and the shape-derived ``numels``: under torch.compile the traced
+    graph keeps these values, as it keeps those of torch_npu's Meta kernel."""
+    b, sq, skv, dv = _meta_sizes(query, key, value, head_num, input_layout)
+    out = query.new_empty(_meta_out_shape(query, head_num, input_layout, dv))
+    stats: tuple[int, ...]
+    if input_layout == "TND":
+        stats = (query.shape[0], head_num, 8)
+        qlen, kvlen = list(actual_seq_qlen or [0]), list(actual_seq_kvlen or [0])
+        numels = qlen[0] * kvlen[0] + sum((qlen[i] - qlen[i - 1]) * (kvlen[i] - kvlen[i - 1])
+                                          for i in range(1, min(len(qlen), len(kvlen))))
+        numels *= head_num
+    else:
+        stats = (b, head_num, sq, 8)
+        numels = b * head_num * sq * skv
+    softmax_max, softmax_sum = query.new_empty(stats, dtype=torch.float32), query.new_empty(stats, dtype=torch.float32)
+    return out, softmax_max, softmax_sum, query.new_empty((0,)), seed, offset, numels
+
+
+def _grad_meta(query, key, value, dy, head_num, input_layout, *, pse=None, padding_mask=None, atten_mask=None,
+               softmax_max=None, softmax_sum=None, softmax_in=None, attention_in=None, scale_value=1., keep_prob=1.,
+               pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0, seed=0, offset=0, numels=0,
+               prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True,
+               sync=False, softmax_layout="", sink=None):
+    grads = (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
+             None if pse is None else torch.empty_like(pse), key.new_empty((0,), dtype=torch.float32))
+    return grads if _release.at_least(_release.GRAD_RETURNS_DSINK_SINCE) else grads[:4]
 
 
 # -------------------------------------------------------------------------------------------------- public ops
@@ -671,13 +754,13 @@ def _no_autocast(t):
         else contextlib.nullcontext()
 
 
+@npu_op(meta=_forward_meta, derivative=_FusionAttention, grad_op=OP_GRAD, public=True)
 def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,
                          scale=1., keep_prob=1., pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
                          gen_mask_parallel=True, sync=False, softmax_layout="", sink=None, dropout_mask=None,
                          seed=0, offset=0):
     """Emulated ``torch_npu.npu_fusion_attention``; see the module docstring for the semantics."""
-    record(OP)
     _release.check_arguments(OP, softmax_layout=softmax_layout, sink=sink, dropout_mask=dropout_mask, seed=seed,
                              offset=offset)
     check_npu(OP, query=query, key=key, value=value, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
@@ -700,11 +783,12 @@ def _npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, p
     seed, offset = int(seed), int(offset)
     if _dropout_active(plan):
         seed, offset = _rng.philox_engine_inputs(query.device)
-    out, smax, ssum = _FusionAttentionFunction.apply(plan, seed, offset, query, key, value, pse)
+    out, smax, ssum = _forward(plan, query, key, value, seed, offset)
     softmax_out = torch.empty(0, device=query.device, dtype=query.dtype)
     return out, smax, ssum, softmax_out, seed, offset, plan.numels
 
 
+@npu_op(meta=_grad_meta)
 def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, pse=None, padding_mask=None,
                               atten_mask=None, softmax_max=None, softmax_sum=None, softmax_in=None,
                               attention_in=None, scale_value=1., keep_prob=1., pre_tockens=2147483647,
@@ -717,7 +801,6 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
     sink -- as op-plugin returns them. The dropout mask is regenerated from ``(seed, offset, numels)``.
     Emulating a release line before 2.6, the op returns ``(dq, dk, dv, dpse)`` as those releases do.
     """
-    record(OP_GRAD)
     _release.check_arguments(OP_GRAD, softmax_layout=softmax_layout, sink=sink)
     check_npu(OP_GRAD, query=query, key=key, value=value, dy=dy, pse=pse, padding_mask=padding_mask,
               atten_mask=atten_mask, softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in,

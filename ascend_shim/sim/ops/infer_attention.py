@@ -18,7 +18,8 @@ import torch
 
 from . import _attention_core as core
 from ._common import INT32_MAX, NotEmulatedError, check, check_float_dtypes, check_npu, dtype_name, fail, \
-    int_list, is_compressed_causal_mask, record
+    int_list, is_compressed_causal_mask
+from ._registry import npu_op
 
 OP_PFA = "npu_prompt_flash_attention"
 OP_IFA = "npu_incre_flash_attention"
@@ -422,15 +423,61 @@ def _kv_list(op, key, value, layout):
     return torch.cat(list(key), 0), torch.cat(list(value), 0)
 
 
+# --------------------------------------------------------------------------------------------------- Meta kernels
+
+def _meta_out_shape(query, value, layout, num_heads, num_key_value_heads, paged):
+    """attention_out's shape: the query's layout (BNSD_BSND: BSND) with the value's head dim."""
+    value = value[0] if isinstance(value, (list, tuple)) else value
+    nkv = num_key_value_heads or num_heads
+    q_layout = "BNSD" if layout == "BNSD_BSND" else layout
+    if paged:
+        dv = query.shape[-1] if q_layout != "BSH" else query.shape[2] // num_heads
+    elif q_layout == "BSH":
+        dv = value.shape[-1] // nkv
+    else:
+        dv = value.shape[-1]
+    if q_layout == "BSH":
+        return (query.shape[0], query.shape[1], num_heads * dv)
+    if q_layout == "TND":
+        return (query.shape[0], query.shape[1], dv)
+    if layout == "BNSD_BSND":
+        return (query.shape[0], query.shape[2], query.shape[1], dv)
+    return (*query.shape[:3], dv)
+
+
+def _pfa_meta(query, key, value, *, num_heads=1, input_layout="BSH", num_key_value_heads=0, **_):
+    return query.new_empty(_meta_out_shape(query, value, input_layout, num_heads, num_key_value_heads, False))
+
+
+def _ifa_meta(query, key, value, *, block_table=None, num_heads=1, input_layout="BSH", num_key_value_heads=0, **_):
+    return query.new_empty(_meta_out_shape(query, value, input_layout, num_heads, num_key_value_heads,
+                                           block_table is not None))
+
+
+def _fia_meta(query, key, value, *, block_table=None, num_heads=1, input_layout="BSH", num_key_value_heads=0,
+              softmax_lse_flag=False, **_):
+    out = _meta_out_shape(query, value, input_layout, num_heads, num_key_value_heads, block_table is not None)
+    lse: tuple[int, ...]
+    if not softmax_lse_flag:
+        lse = (1,)
+    elif input_layout == "TND":
+        lse = (query.shape[0], num_heads, 1)
+    else:
+        q_layout = "BNSD" if input_layout == "BNSD_BSND" else input_layout
+        sq = query.shape[2] if q_layout == "BNSD" else query.shape[1]
+        lse = (query.shape[0], num_heads, sq, 1)
+    return query.new_empty(out), query.new_empty(lse, dtype=torch.float32)
+
+
 # -------------------------------------------------------------------------------------------------- public ops
 
+@npu_op(meta=_pfa_meta, public=True)
 def npu_prompt_flash_attention(query, key, value, *, padding_mask=None, atten_mask=None, pse_shift=None,
                                actual_seq_lengths=None, deq_scale1=None, quant_scale1=None, deq_scale2=None,
                                quant_scale2=None, quant_offset2=None, num_heads=1, scale_value=1.0,
                                pre_tokens=2147483647, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
                                actual_seq_lengths_kv=None, sparse_mode=0):
     """Emulated ``torch_npu.npu_prompt_flash_attention`` (full/prefill inference attention)."""
-    record(OP_PFA)
     check_npu(OP_PFA, query=query, key=key, value=value, padding_mask=padding_mask, atten_mask=atten_mask,
               pse_shift=pse_shift, deq_scale1=deq_scale1, quant_scale1=quant_scale1, deq_scale2=deq_scale2,
               quant_scale2=quant_scale2, quant_offset2=quant_offset2)
@@ -468,13 +515,13 @@ def _npu_prompt_flash_attention(query, key, value, *, padding_mask=None, atten_m
     return out
 
 
+@npu_op(meta=_ifa_meta, public=True)
 def npu_incre_flash_attention(query, key, value, *, padding_mask=None, atten_mask=None, pse_shift=None,
                               actual_seq_lengths=None, antiquant_scale=None, antiquant_offset=None, block_table=None,
                               dequant_scale1=None, quant_scale1=None, dequant_scale2=None, quant_scale2=None,
                               quant_offset2=None, kv_padding_size=None, num_heads=1, scale_value=1.0,
                               input_layout="BSH", num_key_value_heads=0, block_size=0, inner_precise=1):
     """Emulated ``torch_npu.npu_incre_flash_attention`` (incremental decode attention, optional paged KV)."""
-    record(OP_IFA)
     check_npu(OP_IFA, query=query, key=key, value=value, padding_mask=padding_mask, atten_mask=atten_mask,
               pse_shift=pse_shift, antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset,
               block_table=block_table, dequant_scale1=dequant_scale1, quant_scale1=quant_scale1,
@@ -511,6 +558,7 @@ def _npu_incre_flash_attention(query, key, value, *, padding_mask=None, atten_ma
     return out
 
 
+@npu_op(meta=_fia_meta)
 def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_lengths=None,
                                     actual_seq_lengths_kv=None, dequant_scale1=None, quant_scale1=None,
                                     dequant_scale2=None, quant_scale2=None, quant_offset2=None, antiquant_scale=None,
@@ -524,7 +572,6 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
                                     antiquant_mode=0, key_antiquant_mode=0, value_antiquant_mode=0,
                                     softmax_lse_flag=False):
     """Emulated ``torch_npu.npu_fused_infer_attention_score`` -> ``(attention_out, softmax_lse)``."""
-    record(OP_FIA)
     check_npu(OP_FIA, query=query, key=key, value=value, pse_shift=pse_shift, atten_mask=atten_mask,
               dequant_scale1=dequant_scale1, quant_scale1=quant_scale1, dequant_scale2=dequant_scale2,
               quant_scale2=quant_scale2, quant_offset2=quant_offset2, antiquant_scale=antiquant_scale,

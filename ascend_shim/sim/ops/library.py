@@ -7,13 +7,13 @@ emulated NPU register the emulator's ops the same way, through :func:`register_k
 
 * PrivateUse1: the emulated op (device and argument checks as the NPU's, then the math); it never records
   autograd;
-* AutogradPrivateUse1: the derivative (:mod:`._derivatives`): the op runs below autograd and its backward calls
-  the backward op (``npu_rms_norm_backward``, ``npu_fusion_attention_grad`` ...), so FakeTensor and
-  torch.compile see single nodes with Meta shapes and read no device data;
-* Meta (``meta=True``, the builtin layer; the real layer keeps torch_npu's own): :mod:`._meta`.
+* AutogradPrivateUse1: the op's derivative (:mod:`._derivatives`): the op runs below autograd and its backward
+  calls the op's grad op, so FakeTensor and torch.compile see single nodes with Meta shapes and read no device data;
+* Meta (``meta=True``, the builtin layer; the real layer keeps torch_npu's own).
 
-The builtin layer defines the schemas itself, from the schema strings of each release line's wheel shipped in
-``npu_schemas.json`` (:func:`release_schemas`); the real layer defines them from the prepared wheel.
+The ops and their kernels are read from their declarations (:mod:`._registry`). The builtin layer defines the
+schemas itself, from the schema strings of each release line's wheel shipped in ``npu_schemas.json``
+(:func:`release_schemas`); the real layer defines them from the prepared wheel.
 """
 from __future__ import annotations
 
@@ -26,18 +26,19 @@ from collections.abc import Iterable
 
 import torch
 
-from . import _release
+from . import _derivatives, _registry, _release
 
-__all__ = ["FUSED_OPS", "BACKWARD_OPS", "OPS", "release_schemas", "define_schemas", "register_kernels", "install"]
+__all__ = ["FUSED_OPS", "BACKWARD_OPS", "OPS", "PUBLIC_OPS", "release_schemas", "define_schemas", "register_kernels",
+           "install"]
 
 #: the fused ops of torch_npu the emulator implements
-FUSED_OPS = ("npu_fusion_attention", "npu_fusion_attention_grad", "npu_prompt_flash_attention",
-             "npu_incre_flash_attention", "npu_fused_infer_attention_score", "npu_rotary_mul", "npu_rms_norm",
-             "npu_swiglu", "npu_geglu")
-#: the backward ops their derivatives call
-BACKWARD_OPS = ("npu_rms_norm_backward", "npu_rotary_mul_backward", "npu_swiglu_backward", "npu_geglu_grad")
+FUSED_OPS = tuple(spec.name for spec in _registry.specs() if not spec.internal)
+#: the backward ops torch_npu keeps for its derivatives
+BACKWARD_OPS = tuple(spec.name for spec in _registry.specs() if spec.internal)
 #: every op :func:`register_kernels` has kernels for
 OPS = FUSED_OPS + BACKWARD_OPS
+#: the ops torch_npu lists in its ``__all__`` (its public-function list, the same in every release line)
+PUBLIC_OPS = tuple(spec.name for spec in _registry.specs() if spec.public)
 
 SCHEMA_FILE = Path(__file__).with_name("npu_schemas.json")
 NAMESPACE = "npu"
@@ -89,26 +90,6 @@ def define_schemas(lib_def: torch.library.Library, schemas: Iterable[str]) -> li
     return defined
 
 
-def _compute_kernels() -> dict:
-    from . import fusion_attention, infer_attention, norm_act, rotary
-
-    return {
-        "npu_fusion_attention": fusion_attention.npu_fusion_attention,
-        "npu_fusion_attention_grad": fusion_attention.npu_fusion_attention_grad,
-        "npu_prompt_flash_attention": infer_attention.npu_prompt_flash_attention,
-        "npu_incre_flash_attention": infer_attention.npu_incre_flash_attention,
-        "npu_fused_infer_attention_score": infer_attention.npu_fused_infer_attention_score,
-        "npu_rotary_mul": rotary.npu_rotary_mul,
-        "npu_rotary_mul_backward": rotary.npu_rotary_mul_backward,
-        "npu_rms_norm": norm_act.npu_rms_norm,
-        "npu_rms_norm_backward": norm_act.npu_rms_norm_backward,
-        "npu_swiglu": norm_act.npu_swiglu,
-        "npu_swiglu_backward": norm_act.npu_swiglu_backward,
-        "npu_geglu": norm_act.npu_geglu,
-        "npu_geglu_grad": norm_act.npu_geglu_grad,
-    }
-
-
 def _device_kernel(fn):
     """The PrivateUse1 kernel: the emulated op, recording no autograd (its derivative is the autograd kernel's)."""
     @functools.wraps(fn)
@@ -123,19 +104,17 @@ def register_kernels(lib: torch.library.Library, *, meta: bool = False) -> list[
     """Register the emulator's kernels in ``lib`` (a ``Library("npu", "IMPL")``, kept alive by the caller) for
     every op of :data:`OPS` whose schema its namespace already defines: PrivateUse1 and AutogradPrivateUse1, and
     Meta with ``meta=True`` (for a layer that has no Meta kernels of its own). Returns the ops registered."""
-    from . import _derivatives, _meta
-
-    compute = _compute_kernels()
     registered = []
-    for name in OPS:
-        if not _defined(f"{lib.ns}::{name}"):
+    for spec in _registry.specs():
+        if not _defined(f"{lib.ns}::{spec.name}"):
             continue
-        op = getattr(getattr(torch.ops, lib.ns), name).default
-        lib.impl(name, _device_kernel(compute[name]), "PrivateUse1")
-        lib.impl(name, _derivatives.autograd_kernel(op), "AutogradPrivateUse1", with_keyset=True)
+        op = getattr(getattr(torch.ops, lib.ns), spec.name).default
+        lib.impl(spec.name, _device_kernel(spec.kernel), "PrivateUse1")
+        lib.impl(spec.name, _derivatives.autograd_kernel(op, spec.derivative, spec.grad_op), "AutogradPrivateUse1",
+                 with_keyset=True)
         if meta:
-            lib.impl(name, _meta.KERNELS[name], "Meta")
-        registered.append(name)
+            lib.impl(spec.name, spec.meta, "Meta")
+        registered.append(spec.name)
     return registered
 
 

@@ -23,7 +23,9 @@ import math
 
 import torch
 
-from ._common import check, check_float_dtypes, check_npu, dtype_name, record
+from ._common import check, check_float_dtypes, check_npu, dtype_name
+from ._derivatives import OpFunction
+from ._registry import npu_op
 
 OP_RMS = "npu_rms_norm"
 OP_RMS_BACKWARD = "npu_rms_norm_backward"
@@ -34,13 +36,22 @@ OP_GEGLU_GRAD = "npu_geglu_grad"
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
 
-class _RmsNorm(torch.autograd.Function):
+def _half_shape(x, dim):
+    """The shape of one half of ``x`` split along ``dim``."""
+    shape = list(x.shape)
+    shape[dim] = shape[dim] // 2
+    return shape
+
+
+# ---------------------------------------------------------------------------------------------------- rms_norm
+
+class _RmsNorm(OpFunction):
+    INPUTS = ("self", "gamma")
+
     @staticmethod
-    def forward(ctx, x, gamma, eps):
-        dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
-        xf = x.float()
-        rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + eps)
-        y = (xf * rstd * gamma.float()).to(x.dtype)
+    def forward(ctx, call, x, gamma):
+        y, rstd = call.below_autograd()
+        ctx.grad_op = call.grad_op
         ctx.save_for_backward(x, gamma, rstd)
         ctx.mark_non_differentiable(rstd)
         return y, rstd
@@ -48,31 +59,18 @@ class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, _drstd):
         x, gamma, rstd = ctx.saved_tensors
-        dx, dgamma = _rms_norm_grads(dy, x, gamma, rstd, need_dgamma=ctx.needs_input_grad[1])
-        return dx, None if dgamma is None else dgamma.to(gamma.dtype), None
+        dx, dgamma = ctx.grad_op(dy, x, gamma, rstd)
+        return None, dx, dgamma
 
 
-def _rms_norm_grads(dy, x, gamma, rstd, need_dgamma=True):
-    """(dx in x's dtype, dgamma in float32 or None)."""
-    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
-    xf, dyf, gf = x.float(), dy.float(), gamma.float()
-    xhat = xf * rstd
-    g = dyf * gf
-    dx = rstd * (g - xhat * (g * xhat).mean(dim=dims, keepdim=True))
-    dgamma = None
-    if need_dgamma:
-        lead = tuple(range(x.dim() - gamma.dim()))
-        dgamma = (dyf * xhat).sum(dim=lead) if lead else dyf * xhat
-    return dx.to(x.dtype), dgamma
+def _rms_norm_meta(input, gamma, epsilon=1e-06):  # noqa: A002 - the op's argument name
+    kept = input.dim() - gamma.dim()
+    return torch.empty_like(input), input.new_empty([*input.shape[:kept], *([1] * gamma.dim())], dtype=torch.float32)
 
 
+@npu_op(meta=_rms_norm_meta, derivative=_RmsNorm, grad_op=OP_RMS_BACKWARD, public=True)
 def npu_rms_norm(input, gamma, epsilon=1e-06):  # noqa: A002 - torch_npu's name
-    record(OP_RMS)
     check_npu(OP_RMS, input=input, gamma=gamma)
-    return _npu_rms_norm(input, gamma, epsilon)
-
-
-def _npu_rms_norm(input, gamma, epsilon=1e-06):  # noqa: A002
     check_float_dtypes(OP_RMS, _FLOATS, input=input)
     check(gamma.dtype == input.dtype, OP_RMS, f"gamma dtype must equal the input dtype, but got input="
                                               f"{dtype_name(input.dtype)}, gamma={dtype_name(gamma.dtype)}")
@@ -80,12 +78,19 @@ def _npu_rms_norm(input, gamma, epsilon=1e-06):  # noqa: A002
     check(input.dim() >= gamma.dim() >= 1, OP_RMS, "The gamma shape should not be bigger than self shape.")
     check(tuple(gamma.shape) == tuple(input.shape[input.dim() - gamma.dim():]), OP_RMS,
           f"gamma shape {list(gamma.shape)} must equal the trailing dims of input {list(input.shape)}")
-    return _RmsNorm.apply(input, gamma, float(epsilon))
+    dims = tuple(range(input.dim() - gamma.dim(), input.dim()))
+    xf = input.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + float(epsilon))
+    return (xf * rstd * gamma.float()).to(input.dtype), rstd
 
 
+def _rms_norm_backward_meta(dy, input, gamma, rstd):  # noqa: A002
+    return torch.empty_like(input), gamma.new_empty(gamma.shape, dtype=torch.float32)
+
+
+@npu_op(meta=_rms_norm_backward_meta, internal=True)
 def npu_rms_norm_backward(dy, input, gamma, rstd):  # noqa: A002 - torch_npu's name
     """``(dx, dgamma)`` of ``npu_rms_norm`` from its saved ``rstd``; dgamma in float32."""
-    record(OP_RMS_BACKWARD)
     check_npu(OP_RMS_BACKWARD, dy=dy, input=input, gamma=gamma, rstd=rstd)
     check(tuple(dy.shape) == tuple(input.shape), OP_RMS_BACKWARD,
           f"dy shape {list(dy.shape)} must equal the input shape {list(input.shape)}")
@@ -93,40 +98,41 @@ def npu_rms_norm_backward(dy, input, gamma, rstd):  # noqa: A002 - torch_npu's n
           tuple(gamma.shape) == tuple(input.shape[input.dim() - gamma.dim():]), OP_RMS_BACKWARD,
           f"gamma shape {list(gamma.shape)} must equal the trailing dims of input {list(input.shape)}")
     check(rstd.dtype == torch.float32, OP_RMS_BACKWARD, f"rstd must be float32, but got {dtype_name(rstd.dtype)}")
-    return _rms_norm_grads(dy, input, gamma, rstd)
+    dims = tuple(range(input.dim() - gamma.dim(), input.dim()))
+    xf, dyf, gf = input.float(), dy.float(), gamma.float()
+    xhat = xf * rstd
+    g = dyf * gf
+    dx = rstd * (g - xhat * (g * xhat).mean(dim=dims, keepdim=True))
+    lead = tuple(range(input.dim() - gamma.dim()))
+    dgamma = (dyf * xhat).sum(dim=lead) if lead else dyf * xhat
+    return dx.to(input.dtype), dgamma
 
 
-class _SwiGlu(torch.autograd.Function):
+# ------------------------------------------------------------------------------------------------------ swiglu
+
+class _SwiGlu(OpFunction):
+    INPUTS = ("self",)
+
     @staticmethod
-    def forward(ctx, x, dim):
-        a, b = x.float().chunk(2, dim=dim)
-        ctx.dim = dim
+    def forward(ctx, call, x):
+        out = call.below_autograd()
         ctx.save_for_backward(x)
-        return (torch.nn.functional.silu(a) * b).to(x.dtype)
+        ctx.grad_op, ctx.dim = call.grad_op, call.bound["dim"]
+        return out
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        return _swiglu_grad(g, x, ctx.dim), None
+        return None, ctx.grad_op(grad, x, ctx.dim)
 
 
-def _swiglu_grad(g, x, dim):
-    a, b = x.float().chunk(2, dim=dim)
-    gf = g.float()
-    sig = torch.sigmoid(a)
-    silu = a * sig
-    da = gf * b * sig * (1 + a * (1 - sig))
-    db = gf * silu
-    return torch.cat((da, db), dim=dim).to(x.dtype)
+def _swiglu_meta(input, dim=-1):  # noqa: A002
+    return input.new_empty(_half_shape(input, dim))
 
 
+@npu_op(meta=_swiglu_meta, derivative=_SwiGlu, grad_op=OP_SWIGLU_BACKWARD, public=True)
 def npu_swiglu(input, dim=-1):  # noqa: A002 - torch_npu's name
-    record(OP_SWIGLU)
     check_npu(OP_SWIGLU, input=input)
-    return _npu_swiglu(input, dim)
-
-
-def _npu_swiglu(input, dim=-1):  # noqa: A002
     check_float_dtypes(OP_SWIGLU, _FLOATS, input=input)
     nd = input.dim()
     check(1 <= nd <= 8, OP_SWIGLU, f"input must have 1-8 dims, but got {nd}")
@@ -134,21 +140,32 @@ def _npu_swiglu(input, dim=-1):  # noqa: A002
     d = dim % nd
     check(input.shape[d] % 2 == 0, OP_SWIGLU, f"input.shape[{dim}] = {input.shape[d]} must be divisible by 2")
     check(input.numel() > 0, OP_SWIGLU, "empty tensors are not supported")
-    return _SwiGlu.apply(input, d)
+    a, b = input.float().chunk(2, dim=d)
+    return (torch.nn.functional.silu(a) * b).to(input.dtype)
 
 
+def _swiglu_backward_meta(grad_output, input, dim=-1):  # noqa: A002
+    return torch.empty_like(input)
+
+
+@npu_op(meta=_swiglu_backward_meta, internal=True)
 def npu_swiglu_backward(grad_output, input, dim=-1):  # noqa: A002 - torch_npu's name
     """The input gradient of ``npu_swiglu``."""
-    record(OP_SWIGLU_BACKWARD)
     check_npu(OP_SWIGLU_BACKWARD, grad_output=grad_output, input=input)
     nd = input.dim()
     check(1 <= nd <= 8 and -nd <= dim <= nd - 1, OP_SWIGLU_BACKWARD,
           f"dim must be in range [{-nd}, {nd - 1}], but got {dim}")
     d = dim % nd
-    expected = [*input.shape[:d], input.shape[d] // 2, *input.shape[d + 1:]]
+    expected = _half_shape(input, d)
     check(input.shape[d] % 2 == 0 and list(grad_output.shape) == expected, OP_SWIGLU_BACKWARD,
           f"grad_output shape {list(grad_output.shape)} must be the output shape {expected}")
-    return _swiglu_grad(grad_output, input, d)
+    a, b = input.float().chunk(2, dim=d)
+    gf = grad_output.float()
+    sig = torch.sigmoid(a)
+    silu = a * sig
+    da = gf * b * sig * (1 + a * (1 - sig))
+    db = gf * silu
+    return torch.cat((da, db), dim=d).to(input.dtype)
 
 
 # ------------------------------------------------------------------------------------------------------- geglu
@@ -174,32 +191,6 @@ def _gelu_derivative(z, mode):
     return 0.5 * (1 + torch.erf(z * (1 / math.sqrt(2.0)))) + z * _INV_SQRT_2PI * torch.exp(-0.5 * z * z)
 
 
-def _geglu_grad(g, x, gelu, dim, approximate, activate_left):
-    value, gate = _geglu_halves(x, dim, activate_left)
-    gf = g.float()
-    d_value = gf * gelu.float()
-    d_gate = gf * value * _gelu_derivative(gate, _GELU_MODES[approximate])
-    halves = (d_gate, d_value) if activate_left else (d_value, d_gate)
-    return torch.cat(halves, dim=dim).to(x.dtype)
-
-
-class _GeGlu(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim, approximate, activate_left):
-        value, gate = _geglu_halves(x, dim, activate_left)
-        gelu = torch.nn.functional.gelu(gate, approximate=_GELU_MODES[approximate])
-        y, gelu = (value * gelu).to(x.dtype), gelu.to(x.dtype)
-        ctx.options = (dim, approximate, activate_left)
-        ctx.save_for_backward(x, gelu)
-        ctx.mark_non_differentiable(gelu)
-        return y, gelu
-
-    @staticmethod
-    def backward(ctx, g, _dgelu):
-        x, gelu = ctx.saved_tensors
-        return _geglu_grad(g, x, gelu, *ctx.options), None, None, None
-
-
 def _check_geglu_arguments(op, input, dim, approximate):  # noqa: A002 - torch_npu's name
     nd = input.dim()
     check(1 <= nd <= 8, op, f"dim num out of range [1, 8]: input has {nd} dims")
@@ -210,27 +201,59 @@ def _check_geglu_arguments(op, input, dim, approximate):  # noqa: A002 - torch_n
     return d
 
 
+class _GeGlu(OpFunction):
+    INPUTS = ("self",)
+
+    @staticmethod
+    def forward(ctx, call, x):
+        y, gelu = call.below_autograd()
+        bound = call.bound
+        ctx.grad_op = call.grad_op
+        ctx.options = (bound["dim"], bound["approximate"], bound["activate_left"])
+        ctx.save_for_backward(x, gelu)
+        ctx.mark_non_differentiable(gelu)  # as op-plugin's derivatives.yaml declares
+        return y, gelu
+
+    @staticmethod
+    def backward(ctx, grad, _dgelu):
+        x, gelu = ctx.saved_tensors
+        return None, ctx.grad_op(grad, x, gelu, *ctx.options)
+
+
+def _geglu_meta(input, dim=-1, approximate=1, activate_left=False):  # noqa: A002
+    shape = _half_shape(input, dim)
+    return input.new_empty(shape), input.new_empty(shape)
+
+
+@npu_op(meta=_geglu_meta, derivative=_GeGlu, grad_op=OP_GEGLU_GRAD)
 def npu_geglu(input, dim=-1, approximate=1, activate_left=False):  # noqa: A002 - torch_npu's name
-    record(OP_GEGLU)
     check_npu(OP_GEGLU, input=input)
-    return _npu_geglu(input, dim, approximate, activate_left)
-
-
-def _npu_geglu(input, dim=-1, approximate=1, activate_left=False):  # noqa: A002
     check_float_dtypes(OP_GEGLU, _FLOATS, input=input)
     d = _check_geglu_arguments(OP_GEGLU, input, dim, approximate)
-    return _GeGlu.apply(input, d, int(approximate), bool(activate_left))
+    value, gate = _geglu_halves(input, d, bool(activate_left))
+    gelu = torch.nn.functional.gelu(gate, approximate=_GELU_MODES[int(approximate)])
+    return (value * gelu).to(input.dtype), gelu.to(input.dtype)
 
 
+def _geglu_grad_meta(grad_output, input, gelu, dim=-1, approximate=1, activate_left=False):  # noqa: A002
+    return torch.empty_like(input)
+
+
+@npu_op(meta=_geglu_grad_meta, internal=True)
 def npu_geglu_grad(grad_output, input, gelu, dim=-1, approximate=1, activate_left=False):  # noqa: A002
     """The input gradient of ``npu_geglu`` from its ``gelu`` output."""
-    record(OP_GEGLU_GRAD)
     check_npu(OP_GEGLU_GRAD, grad_output=grad_output, input=input, gelu=gelu)
     check_float_dtypes(OP_GEGLU_GRAD, _FLOATS, grad_output=grad_output, input=input, gelu=gelu)
     d = _check_geglu_arguments(OP_GEGLU_GRAD, input, dim, approximate)
-    expected = [*input.shape[:d], input.shape[d] // 2, *input.shape[d + 1:]]
+    expected = _half_shape(input, d)
     check(list(grad_output.shape) == expected, OP_GEGLU_GRAD,
           f"grad_output shape {list(grad_output.shape)} must be the output shape {expected}")
     check(list(gelu.shape) == expected, OP_GEGLU_GRAD,
           f"gelu shape {list(gelu.shape)} must be the output shape {expected}")
-    return _geglu_grad(grad_output, input, gelu, d, int(approximate), bool(activate_left))
+    activate_left = bool(activate_left)
+    value, gate = _geglu_halves(input, d, activate_left)
+    gf = grad_output.float()
+    d_value = gf * gelu.float()
+    d_gate = gf * value * _gelu_derivative(gate, _GELU_MODES[int(approximate)])
+    halves = (d_gate, d_value) if activate_left else (d_value, d_gate)
+    return torch.cat(halves, dim=d).to(input.dtype)

@@ -15,7 +15,9 @@ import torch
 
 from . import _release
 from ._attention_core import reduce_to
-from ._common import check, check_float_dtypes, check_npu, record
+from ._common import check, check_float_dtypes, check_npu
+from ._derivatives import OpFunction
+from ._registry import npu_op
 
 OP = "npu_rotary_mul"
 OP_BACKWARD = "npu_rotary_mul_backward"
@@ -67,49 +69,53 @@ def _validate(x, r1, r2, rotary_mode, rotate):
               f"rotate must be a 2-D (D, D) = ({D}, {D}) matrix, but got {list(rotate.shape)}")
 
 
-class _RotaryMul(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, r1, r2, mode, rotate):
-        xf = x.float()
-        rx = xf @ rotate.float() if rotate is not None else _rot(xf, mode)
-        out = xf * r1.float() + rx * r2.float()
-        ctx.mode, ctx.has_rotate = mode, rotate is not None
-        ctx.save_for_backward(x, r1, r2)
-        return out.to(x.dtype)
+class _RotaryMul(OpFunction):
+    INPUTS = ("self", "r1", "r2", "rotate")
 
     @staticmethod
-    def backward(ctx, g):
+    def forward(ctx, call, x, r1, r2, rotate):
+        out = call.below_autograd()
+        ctx.save_for_backward(x, r1, r2)
+        ctx.grad_op = call.grad_op
+        ctx.mode, ctx.has_rotate = call.bound["rotary_mode"], rotate is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
         if ctx.has_rotate:
             raise RuntimeError(NO_BACKWARD_WITH_ROTATE)
         x, r1, r2 = ctx.saved_tensors
-        return (*_grads(g, x, r1, r2, ctx.mode, ctx.needs_input_grad[1], ctx.needs_input_grad[2]), None, None)
+        dx, dr1, dr2 = ctx.grad_op(grad, x, r1, r2, ctx.mode)
+        return None, dx, dr1, dr2, None
 
 
-def _grads(g, x, r1, r2, mode, need_dr1=True, need_dr2=True):
-    gf, xf = g.float(), x.float()
-    dx = gf * r1.float() + _rot_t(gf * r2.float(), mode)
-    dr1 = reduce_to(gf * xf, r1.shape).to(r1.dtype) if need_dr1 else None
-    dr2 = reduce_to(gf * _rot(xf, mode), r2.shape).to(r2.dtype) if need_dr2 else None
-    return dx.to(x.dtype), dr1, dr2
+def _rotary_mul_meta(input, r1, r2, rotary_mode="half", rotate=None):  # noqa: A002 - the op's argument name
+    return torch.empty_like(input)
 
 
+@npu_op(meta=_rotary_mul_meta, derivative=_RotaryMul, grad_op=OP_BACKWARD, public=True)
 def npu_rotary_mul(input, r1, r2, rotary_mode='half', rotate=None):  # noqa: A002 - torch_npu's name
-    record(OP)
     _release.check_arguments(OP, rotate=rotate)
     check_npu(OP, input=input, r1=r1, r2=r2, rotate=rotate)
-    return _npu_rotary_mul(input, r1, r2, rotary_mode, rotate)
-
-
-def _npu_rotary_mul(input, r1, r2, rotary_mode='half', rotate=None):  # noqa: A002
     _validate(input, r1, r2, rotary_mode, rotate)
-    return _RotaryMul.apply(input, r1, r2, rotary_mode, rotate)
+    xf = input.float()
+    rx = xf @ rotate.float() if rotate is not None else _rot(xf, rotary_mode)
+    return (xf * r1.float() + rx * r2.float()).to(input.dtype)
 
 
+def _rotary_mul_backward_meta(grad, input, r1, r2, rotary_mode="half"):  # noqa: A002
+    return torch.empty_like(input), torch.empty_like(r1), torch.empty_like(r2)
+
+
+@npu_op(meta=_rotary_mul_backward_meta, internal=True)
 def npu_rotary_mul_backward(grad, input, r1, r2, rotary_mode='half'):  # noqa: A002 - torch_npu's name
     """``(dx, dr1, dr2)`` of ``npu_rotary_mul`` (without a ``rotate`` matrix)."""
-    record(OP_BACKWARD)
     check_npu(OP_BACKWARD, grad=grad, input=input, r1=r1, r2=r2)
     _validate(input, r1, r2, rotary_mode, None)
     check(tuple(grad.shape) == tuple(input.shape) and grad.dtype == input.dtype, OP_BACKWARD,
           f"grad must have the input's shape {list(input.shape)} and dtype, but got {list(grad.shape)}")
-    return _grads(grad, input, r1, r2, rotary_mode)
+    gf, xf = grad.float(), input.float()
+    dx = gf * r1.float() + _rot_t(gf * r2.float(), rotary_mode)
+    dr1 = reduce_to(gf * xf, r1.shape).to(r1.dtype)
+    dr2 = reduce_to(gf * _rot(xf, rotary_mode), r2.shape).to(r2.dtype)
+    return dx.to(input.dtype), dr1, dr2

@@ -23,9 +23,6 @@ from .utils._error_code import ErrCode as _ErrCode, pta_error as _pta_error  # n
 
 __version__ = _sim.torch_base_version()
 __all__ = ["erase_stream"]
-# the emulated ops torch_npu lists in its __all__ (its public-function list, the same in every release line)
-_PUBLIC_OPS = ("npu_fusion_attention", "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_rotary_mul",
-               "npu_rms_norm", "npu_swiglu")
 
 
 def _deprecated_torch_alias(packet):
@@ -44,7 +41,7 @@ def _export_ops() -> None:
     for name in library.install():
         packet = getattr(torch.ops.npu, name)
         globals()[name] = packet
-        if name in _PUBLIC_OPS:
+        if name in library.PUBLIC_OPS:
             __all__.append(name)
         setattr(torch, name, _deprecated_torch_alias(packet))
 
