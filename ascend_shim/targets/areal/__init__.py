@@ -21,7 +21,6 @@ detection picks ``NPUPlatform``. The rest of AReaL's CUDA surface needs no proje
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 
@@ -40,26 +39,26 @@ areal = PatchSet(
 
 
 areal.patch("areal.api.cli_args:vLLMConfig.__init__", id="areal.vllm_config_device",
-             why="NPU ports of AReaL add vLLMConfig.device ('npu'); upstream vLLMConfig has no such field, so "
-                 "vLLMConfig(device='npu') raises TypeError.",
-             what="vLLMConfig(device=...) accepts npu/cuda/gpu/auto (anything else: a clear ValueError), records "
-                  "it and keeps it as an instance attribute (config.device == 'npu') that is not a dataclass "
-                  "field, so it never reaches the vLLM command line.",
-             remove_when="https://github.com/inclusionAI/AReaL/blob/4aef98d8d818af55b43621aaadba047ae10f4e77/areal/api/"
-                         "cli_args.py: AReaL's vLLMConfig has no device field, which configs written for NPU ports of "
-                         "AReaL set",
-                             factory="vllm_config_init")
+            why="NPU ports of AReaL add vLLMConfig.device ('npu'); upstream vLLMConfig has no such field, so "
+                "vLLMConfig(device='npu') raises TypeError.",
+            what="vLLMConfig(device=...) accepts npu/cuda/gpu/auto (anything else: a clear ValueError), records "
+                 "it and keeps it as an instance attribute (config.device == 'npu') that is not a dataclass "
+                 "field, so it never reaches the vLLM command line.",
+            remove_when="https://github.com/inclusionAI/AReaL/blob/4aef98d8d818af55b43621aaadba047ae10f4e77/areal/api/"
+                        "cli_args.py: AReaL's vLLMConfig has no device field, which configs written for NPU ports of "
+                        "AReaL set",
+            factory="vllm_config_init")
 
 
 areal.patch("areal.api.cli_args:to_structured_cfg", id="areal.vllm_yaml_device",
-             why="a YAML written for an NPU port sets vllm.device: npu; merging it into AReaL's structured "
-                 "config fails ('Key device not in vLLMConfig').",
-             what="before the merge, a device key under vllm (or *.vllm_config) is checked (npu/cuda/gpu/auto), "
-                  "recorded and dropped: the NPU platform already decides the server's device.",
-             remove_when="https://github.com/inclusionAI/AReaL/blob/4aef98d8d818af55b43621aaadba047ae10f4e77/areal/api/"
-                         "cli_args.py: AReaL's vLLMConfig has no device field, which configs written for NPU ports of "
-                         "AReaL set",
-                             factory="to_structured_cfg")
+            why="a YAML written for an NPU port sets vllm.device: npu; merging it into AReaL's structured "
+                "config fails ('Key device not in vLLMConfig').",
+            what="before the merge, a device key under vllm (or *.vllm_config) is checked (npu/cuda/gpu/auto), "
+                 "recorded and dropped: the NPU platform already decides the server's device.",
+            remove_when="https://github.com/inclusionAI/AReaL/blob/4aef98d8d818af55b43621aaadba047ae10f4e77/areal/api/"
+                        "cli_args.py: AReaL's vLLMConfig has no device field, which configs written for NPU ports of "
+                        "AReaL set",
+            factory="to_structured_cfg")
 
 
 PATCH_SETS = [areal]

@@ -9,7 +9,6 @@ slower than a device kernel. Where a version has no kernel for the NPU, the user
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 

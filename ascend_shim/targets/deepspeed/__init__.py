@@ -21,7 +21,6 @@ process. ``async_io`` (NVMe offload) is not provided on the emulator.
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -36,37 +35,37 @@ ds = PatchSet(
 
 
 ds.patch("env:DS_ACCELERATOR", kind="env",
-          why="deepspeed's get_accelerator() would build its CUDA accelerator when CUDA looks available, and "
-              "probes torch_npu only after other backends.",
-          what="DS_ACCELERATOR=npu when unset (a user's explicit choice is kept and reported), so "
-               "get_accelerator() is deepspeed's NPU_Accelerator (hccl, npu:N, torch_npu op builders).",
-          remove_when="never: the choice must be made before deepspeed first asks", factory="ds_accelerator")
+         why="deepspeed's get_accelerator() would build its CUDA accelerator when CUDA looks available, and "
+             "probes torch_npu only after other backends.",
+         what="DS_ACCELERATOR=npu when unset (a user's explicit choice is kept and reported), so "
+              "get_accelerator() is deepspeed's NPU_Accelerator (hccl, npu:N, torch_npu op builders).",
+         remove_when="never: the choice must be made before deepspeed first asks", factory="ds_accelerator")
 
 
 ds.patch("deepspeed.ops.op_builder.npu.builder:NPUOpBuilder.installed_cann_path",
-          why="NPUOpBuilder.installed_cann_path tests `'ASCEND_HOME_PATH' in os.environ or "
-              "os.path.exists(os.environ['ASCEND_HOME_PATH'])` (or for and): without CANN's set_env.sh every NPU "
-              "op builder raises KeyError, and deepspeed.init_distributed builds one (ShareMemCommBuilder).",
-          what="returns None when ASCEND_HOME_PATH is unset or not a path (what the code means), so deepspeed "
-               "reports 'ascend_cann is missing, npu ops cannot be compiled' and goes on; otherwise unchanged.",
-          remove_when="https://github.com/deepspeedai/DeepSpeed/blob/edaa7221267243c7be7fb49c5d5f5c4fb97b4641/"
-                      "op_builder/npu/builder.py: installed_cann_path tests 'in os.environ or exists(...)' (or for "
-                      "and), in 0.19.8 as on master",
-                          factory="installed_cann_path")
+         why="NPUOpBuilder.installed_cann_path tests `'ASCEND_HOME_PATH' in os.environ or "
+             "os.path.exists(os.environ['ASCEND_HOME_PATH'])` (or for and): without CANN's set_env.sh every NPU "
+             "op builder raises KeyError, and deepspeed.init_distributed builds one (ShareMemCommBuilder).",
+         what="returns None when ASCEND_HOME_PATH is unset or not a path (what the code means), so deepspeed "
+              "reports 'ascend_cann is missing, npu ops cannot be compiled' and goes on; otherwise unchanged.",
+         remove_when="https://github.com/deepspeedai/DeepSpeed/blob/edaa7221267243c7be7fb49c5d5f5c4fb97b4641/"
+                     "op_builder/npu/builder.py: installed_cann_path tests 'in os.environ or exists(...)' (or for "
+                     "and), in 0.19.8 as on master",
+         factory="installed_cann_path")
 
 
 ds.patch("deepspeed.ops.op_builder.npu.builder:NPUOpBuilder.installed_cann_version", sweep=False,
-          id="deepspeed.cann_missing_once",
-          why="every NPU op builder looks for CANN when it is constructed and, without it, prints '<op> ascend_cann "
-              "is missing, npu ops cannot be compiled!'; `import deepspeed` constructs all of them (all_ops), and "
-              "each optimizer builds its own, so a process printed the line ~20 times (per rank).",
-          what="the first builder construction that finds no CANN fails as before (DeepSpeed prints its line once, "
-               "the report says why); later constructions get None (the builder as after that failure: no CANN "
-               "version, -D__DISABLE_CANN__). Other callers get the original's answer. With CANN, unchanged.",
-          remove_when="https://github.com/deepspeedai/DeepSpeed/blob/edaa7221267243c7be7fb49c5d5f5c4fb97b4641/"
-                      "op_builder/npu/builder.py: NPUOpBuilder.__init__ prints 'ascend_cann is missing' once per "
-                      "builder",
-                          factory="cann_missing_once")
+         id="deepspeed.cann_missing_once",
+         why="every NPU op builder looks for CANN when it is constructed and, without it, prints '<op> ascend_cann "
+             "is missing, npu ops cannot be compiled!'; `import deepspeed` constructs all of them (all_ops), and "
+             "each optimizer builds its own, so a process printed the line ~20 times (per rank).",
+         what="the first builder construction that finds no CANN fails as before (DeepSpeed prints its line once, "
+              "the report says why); later constructions get None (the builder as after that failure: no CANN "
+              "version, -D__DISABLE_CANN__). Other callers get the original's answer. With CANN, unchanged.",
+         remove_when="https://github.com/deepspeedai/DeepSpeed/blob/edaa7221267243c7be7fb49c5d5f5c4fb97b4641/"
+                     "op_builder/npu/builder.py: NPUOpBuilder.__init__ prints 'ascend_cann is missing' once per "
+                     "builder",
+         factory="cann_missing_once")
 
 
 for _module, _klass, _optimizer in (("cpu_adam", "CPUAdamBuilder", "DeepSpeedCPUAdam"),

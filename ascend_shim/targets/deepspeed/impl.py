@@ -111,5 +111,3 @@ def installed_cann_path(ctx: PatchContext) -> Callable[..., Any]:
         return orig(self, *args, **kwargs)
 
     return wrapper
-
-

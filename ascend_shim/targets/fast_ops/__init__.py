@@ -16,7 +16,6 @@ fallback per reason.
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -31,30 +30,30 @@ fast_ops = PatchSet(
 
 # -- AdamW ---------------------------------------------------------------------------------------------------
 fast_ops.patch("torch.optim:AdamW", kind="replace",
-                why="torch's AdamW runs one small kernel per tensor and op on the NPU; torch_npu's NpuFusedAdamW "
-                    "updates all parameters from combined buffers (NPU training ports switch to it by hand).",
-                what="torch.optim.AdamW(...) returns an NpuFusedAdamW (made safe for zero_grad(set_to_none=True)) "
-                     "when every trainable parameter is fp32/fp16 on the NPU and no maximize/capturable/"
-                     "differentiable/tensor-lr option is used; otherwise torch's AdamW, reported. AdamW "
-                     "subclasses are never swapped.",
-                remove_when=REMOVE, factory="swapping_adamw")
+               why="torch's AdamW runs one small kernel per tensor and op on the NPU; torch_npu's NpuFusedAdamW "
+                   "updates all parameters from combined buffers (NPU training ports switch to it by hand).",
+               what="torch.optim.AdamW(...) returns an NpuFusedAdamW (made safe for zero_grad(set_to_none=True)) "
+                    "when every trainable parameter is fp32/fp16 on the NPU and no maximize/capturable/"
+                    "differentiable/tensor-lr option is used; otherwise torch's AdamW, reported. AdamW "
+                    "subclasses are never swapped.",
+               remove_when=REMOVE, factory="swapping_adamw")
 
 
 # -- RMSNorm -------------------------------------------------------------------------------------------------
 fast_ops.patch("torch.nn:RMSNorm.forward",
-                why="torch.nn.RMSNorm is 5 kernels on the NPU; npu_rms_norm is one.",
-                what="forward on an npu input whose dtype equals the weight's calls torch_npu.npu_rms_norm(x, "
-                     "weight or ones, eps); other calls run the original (reported once per reason).",
-                remove_when=REMOVE, factory="rmsnorm_forward")
+               why="torch.nn.RMSNorm is 5 kernels on the NPU; npu_rms_norm is one.",
+               what="forward on an npu input whose dtype equals the weight's calls torch_npu.npu_rms_norm(x, "
+                    "weight or ones, eps); other calls run the original (reported once per reason).",
+               remove_when=REMOVE, factory="rmsnorm_forward")
 
 
 fast_ops.patch("transformers.modeling_utils:PreTrainedModel.post_init",
-                requires={"transformers": ">=4.50,<5.24"},
-                why="transformers' *RMSNorm modules are composites (5 kernels); npu_rms_norm is one kernel.",
-                what="after a model is built, every module whose class name ends in RMSNorm and passes the numeric "
-                     "probe gets a forward calling torch_npu.npu_rms_norm for npu inputs of the weight's dtype "
-                     "(reported per class with the module count); classes failing the probe are kept, reported.",
-                remove_when=REMOVE, factory="rmsnorm_post_init")
+               requires={"transformers": ">=4.50,<5.24"},
+               why="transformers' *RMSNorm modules are composites (5 kernels); npu_rms_norm is one kernel.",
+               what="after a model is built, every module whose class name ends in RMSNorm and passes the numeric "
+                    "probe gets a forward calling torch_npu.npu_rms_norm for npu inputs of the weight's dtype "
+                    "(reported per class with the module count); classes failing the probe are kept, reported.",
+               remove_when=REMOVE, factory="rmsnorm_post_init")
 
 
 # -- rotary and SwiGLU in transformers' Llama-family modeling files ------------------------------------------

@@ -266,5 +266,3 @@ def swiglu_forward(ctx: PatchContext, family: str) -> Callable:
         return self.down_proj(swiglu(torch.cat((gate, up), dim=-1), dim=-1))
 
     return forward
-
-

@@ -7,7 +7,6 @@ with "Your assigned backend nccl is not available, please use hccl".
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 

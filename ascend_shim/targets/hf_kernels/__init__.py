@@ -10,7 +10,6 @@ where one has no NPU build, the page kernels raises (every variant it rejected) 
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -26,26 +25,26 @@ hf_kernels = PatchSet(
 
 
 hf_kernels.patch("kernels:get_kernel", covers=("kernels.get_kernel",),
-                  why="get_kernel downloads the hub's build of the kernel for this machine's backend: the "
-                      "FlashAttention-3 repositories have no CANN (NPU) build (and offline machines fail at the "
-                      "download); for a repository without one, kernels raises a page listing every variant it "
-                      "rejected.",
-                  what="for the FlashAttention-3 repositories (" + ", ".join(FA3_REPOS) + ") returns the NPU FA3 "
-                       "provider (bare-tensor returns, window_size=(left, right), in-place kvcache) without "
-                       "touching the network; ImportError if the provider is absent. Other repositories: kernels' "
-                       "own resolution (its CANN build variants on the NPU); where a repository has none, on the NPU, "
-                       "UnsupportedOnNPUError (still kernels' FileNotFoundError) naming the repository, the builds it "
-                       "has and what to do, instead of kernels' page of rejected variants.",
-                  remove_when="https://huggingface.co/kernels-community/flash-attn3: the hub's FlashAttention-3 "
-                              "repositories have no CANN (NPU) build, which kernels could load", factory="get_kernel")
+                 why="get_kernel downloads the hub's build of the kernel for this machine's backend: the "
+                     "FlashAttention-3 repositories have no CANN (NPU) build (and offline machines fail at the "
+                     "download); for a repository without one, kernels raises a page listing every variant it "
+                     "rejected.",
+                 what="for the FlashAttention-3 repositories (" + ", ".join(FA3_REPOS) + ") returns the NPU FA3 "
+                      "provider (bare-tensor returns, window_size=(left, right), in-place kvcache) without "
+                      "touching the network; ImportError if the provider is absent. Other repositories: kernels' "
+                      "own resolution (its CANN build variants on the NPU); where a repository has none, on the NPU, "
+                      "UnsupportedOnNPUError (still kernels' FileNotFoundError) naming the repository, the builds it "
+                      "has and what to do, instead of kernels' page of rejected variants.",
+                 remove_when="https://huggingface.co/kernels-community/flash-attn3: the hub's FlashAttention-3 "
+                             "repositories have no CANN (NPU) build, which kernels could load", factory="get_kernel")
 
 
 hf_kernels.patch("kernels:has_kernel", covers=("kernels.has_kernel",),
-                  why="has_kernel asks the hub whether a build for this machine exists (network; a CUDA answer).",
-                  what="for the FlashAttention-3 repositories answers whether the NPU FA3 provider is importable, "
-                       "without touching the network. Other repositories: unchanged.",
-                  remove_when="https://huggingface.co/kernels-community/flash-attn3: the hub's FlashAttention-3 "
-                              "repositories have no CANN (NPU) build, which kernels could load", factory="has_kernel")
+                 why="has_kernel asks the hub whether a build for this machine exists (network; a CUDA answer).",
+                 what="for the FlashAttention-3 repositories answers whether the NPU FA3 provider is importable, "
+                      "without touching the network. Other repositories: unchanged.",
+                 remove_when="https://huggingface.co/kernels-community/flash-attn3: the hub's FlashAttention-3 "
+                             "repositories have no CANN (NPU) build, which kernels could load", factory="has_kernel")
 
 
 PATCH_SETS = [hf_kernels]

@@ -8,7 +8,6 @@ are CUDA/Triton-only (bitsandbytes only in versions without its portable kernels
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 from ascend_shim.targets.bitsandbytes import NPU_PATH_SINCE
 
@@ -33,7 +32,7 @@ hf_transformers.patch(
     remove_when="https://github.com/huggingface/transformers/blob/fd798335c275520af034c678b35e8167820c7c80/src/"
                 "transformers/training_args.py: tf32 is CUDA-only there (no HF32 on the NPU), and liger and "
                 "bitsandbytes options are not checked",
-                    factory="training_args_post_init")
+    factory="training_args_post_init")
 
 
 hf_transformers.patch(

@@ -9,7 +9,6 @@ trl 1.16 no longer does either.)
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 

@@ -22,7 +22,6 @@ requires ``CUDA_DEVICE_MAX_CONNECTIONS=1`` for tensor parallelism, as on GPUs.
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 
@@ -38,14 +37,14 @@ megatron = PatchSet(
 
 
 megatron.patch("megatron.legacy.fused_kernels:load", id="megatron.fused_kernels_load",
-                why="megatron.training's _compile_dependencies() calls fused_kernels.load(args), which runs "
-                    "$CUDA_HOME/bin/nvcc -V; an Ascend host has no CUDA toolkit (CUDA_HOME is None) and training "
-                    "stops with a TypeError before it starts.",
-                what="without a CUDA toolkit, load() does what it does besides the version query -- it makes its "
-                     "build directory -- and compiles nothing, as it never does in these versions; with one, it "
-                     "runs unchanged.",
-                remove_when="megatron-core>=0.17: Megatron-LM core_v0.17.0 removed megatron.legacy.fused_kernels and "
-                            "its load() call", factory="fused_kernels_load")
+               why="megatron.training's _compile_dependencies() calls fused_kernels.load(args), which runs "
+                   "$CUDA_HOME/bin/nvcc -V; an Ascend host has no CUDA toolkit (CUDA_HOME is None) and training "
+                   "stops with a TypeError before it starts.",
+               what="without a CUDA toolkit, load() does what it does besides the version query -- it makes its "
+                    "build directory -- and compiles nothing, as it never does in these versions; with one, it "
+                    "runs unchanged.",
+               remove_when="megatron-core>=0.17: Megatron-LM core_v0.17.0 removed megatron.legacy.fused_kernels and "
+                           "its load() call", factory="fused_kernels_load")
 
 
 PATCH_SETS = [megatron]

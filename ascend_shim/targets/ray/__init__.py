@@ -12,7 +12,6 @@ no card; it is answered with the emulated device count and type, so ``resources=
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 

@@ -26,7 +26,6 @@ so the gate reads ``realhf/version.py``.
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 
@@ -45,45 +44,45 @@ realhf = PatchSet(
 
 
 realhf.patch("realhf", kind="call", id="realhf.pynvml", covers=("pynvml",), fidelity="fallback",
-              why="realhf imports pynvml at module level (base/monitor.py, base/testing.py -- reached by every model "
-                  "import --, system/model_worker.py) and calls nvmlInit/GetMemoryInfo/GetUtilizationRates; on "
-                  "Ascend pynvml is absent, or installed without an NVIDIA driver (nvmlInit fails).",
-              what="when realhf is imported (its __init__ imports only its version), `import pynvml` is answered by "
-                   "an NPU-backed pynvml: device count/name, memory (torch.npu.mem_get_info), utilization "
-                   "(torch.npu.utilization, or 0 reported as neutral); other NVML calls raise "
-                   "NVMLError_NotSupported. Undone on deactivation.",
-              remove_when=REMOVE, factory="provide_pynvml")
+             why="realhf imports pynvml at module level (base/monitor.py, base/testing.py -- reached by every model "
+                 "import --, system/model_worker.py) and calls nvmlInit/GetMemoryInfo/GetUtilizationRates; on "
+                 "Ascend pynvml is absent, or installed without an NVIDIA driver (nvmlInit fails).",
+             what="when realhf is imported (its __init__ imports only its version), `import pynvml` is answered by "
+                  "an NPU-backed pynvml: device count/name, memory (torch.npu.mem_get_info), utilization "
+                  "(torch.npu.utilization, or 0 reported as neutral); other NVML calls raise "
+                  "NVMLError_NotSupported. Undone on deactivation.",
+             remove_when=REMOVE, factory="provide_pynvml")
 
 
 realhf.patch("realhf.api.cli_args:GenerationHyperparameters.__post_init__", id="realhf.no_cuda_graph",
-              fidelity="fallback", covers=("cuda-graph", "torch.cuda.CUDAGraph"),
-              why="use_cuda_graph defaults to True: realhf captures its decode step (kv-cache attention with "
-                  "host-side cache lengths) in torch.cuda.CUDAGraph; capturing that step as an NPUGraph is not "
-                  "known to work, and the emulator has no graph runtime.",
-              what="GenerationHyperparameters.use_cuda_graph is set to False (decoding runs eagerly; reported once "
-                   "per process). Disable this patch to keep graphs: torch_cuda maps CUDAGraph to NPUGraph.",
-              remove_when="https://github.com/inclusionAI/AReaL/pull/806: realhf is frozen (removed from AReaL), "
-                          "and its decode step is not known to capture as an NPUGraph", factory="no_cuda_graph")
+             fidelity="fallback", covers=("cuda-graph", "torch.cuda.CUDAGraph"),
+             why="use_cuda_graph defaults to True: realhf captures its decode step (kv-cache attention with "
+                 "host-side cache lengths) in torch.cuda.CUDAGraph; capturing that step as an NPUGraph is not "
+                 "known to work, and the emulator has no graph runtime.",
+             what="GenerationHyperparameters.use_cuda_graph is set to False (decoding runs eagerly; reported once "
+                  "per process). Disable this patch to keep graphs: torch_cuda maps CUDAGraph to NPUGraph.",
+             remove_when="https://github.com/inclusionAI/AReaL/pull/806: realhf is frozen (removed from AReaL), "
+                         "and its decode step is not known to capture as an NPUGraph", factory="no_cuda_graph")
 
 
 realhf.patch("realhf", kind="call", id="realhf.jiterator_at_import", covers=("torch.cuda.jiterator",),
-              fidelity="unsupported",
-              why="realhf/impl/model/modules/activations.py creates jiterator functions at import "
-                  "(torch.cuda.jiterator._create_jit_fn); torch_cuda makes any jiterator use an immediate error, "
-                  "so every realhf model import would fail although realhf never calls those functions on its "
-                  "model path (SwiGLUFunction is unused there).",
-              what="for callers inside realhf, creating a jiterator function succeeds (as on a CPU build of torch) "
-                   "and calling it raises UnsupportedOnNPUError naming it; other code keeps torch_cuda's answer.",
-              remove_when=REMOVE, factory="jiterator_for_realhf")
+             fidelity="unsupported",
+             why="realhf/impl/model/modules/activations.py creates jiterator functions at import "
+                 "(torch.cuda.jiterator._create_jit_fn); torch_cuda makes any jiterator use an immediate error, "
+                 "so every realhf model import would fail although realhf never calls those functions on its "
+                 "model path (SwiGLUFunction is unused there).",
+             what="for callers inside realhf, creating a jiterator function succeeds (as on a CPU build of torch) "
+                  "and calling it raises UnsupportedOnNPUError naming it; other code keeps torch_cuda's answer.",
+             remove_when=REMOVE, factory="jiterator_for_realhf")
 
 
 realhf.patch("realhf.base.gpu_utils:gpu_count", id="realhf.gpu_count",
-              why="realhf counts a node's GPUs by listing /dev/nvidia<N>; an Ascend box has none, so the count is 0, "
-                  "its local scheduler gives every worker CUDA_VISIBLE_DEVICES=\"\" and the model is built on the "
-                  "CPU without a word.",
-              what="when realhf finds no /dev/nvidia<N>, the count is the node's NPUs (/dev/davinci<N>; with the "
-                   "emulated NPU, its device count), reported; a node with NVIDIA device nodes keeps realhf's count.",
-              remove_when=REMOVE, factory="gpu_count")
+             why="realhf counts a node's GPUs by listing /dev/nvidia<N>; an Ascend box has none, so the count is 0, "
+                 "its local scheduler gives every worker CUDA_VISIBLE_DEVICES=\"\" and the model is built on the "
+                 "CPU without a word.",
+             what="when realhf finds no /dev/nvidia<N>, the count is the node's NPUs (/dev/davinci<N>; with the "
+                  "emulated NPU, its device count), reported; a node with NVIDIA device nodes keeps realhf's count.",
+             remove_when=REMOVE, factory="gpu_count")
 
 
 PATCH_SETS = [realhf]

@@ -14,7 +14,6 @@ Names that are plain Python helpers (``typing`` re-exports, ``os``) are left alo
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -93,112 +92,112 @@ for _name, _arg in DEVICE_ARG.items():
 
 
 cuda.patch("torch.cuda:is_available", kind="wrap", covers=("torch.cuda.is_available",),
-            why="user code takes its accelerator path only if CUDA is available; NPU-native libraries must see "
-                "the truth or they take CUDA-only paths (accelerate#3020).",
-            what="caller-aware: user code gets torch.npu.is_available(); torch and NPU-native libraries "
-                 "(registered by their patch sets) get the real CUDA answer. Thread- and exception-safe.",
-            remove_when=REMOVE, factory="is_available")
+           why="user code takes its accelerator path only if CUDA is available; NPU-native libraries must see "
+               "the truth or they take CUDA-only paths (accelerate#3020).",
+           what="caller-aware: user code gets torch.npu.is_available(); torch and NPU-native libraries "
+                "(registered by their patch sets) get the real CUDA answer. Thread- and exception-safe.",
+           remove_when=REMOVE, factory="is_available")
 
 
 cuda.patch("torch.cuda:device_count", kind="wrap", covers=("torch.cuda.device_count",),
-            why="user code sizes its device loops with device_count(); NPU-native libraries must see the truth.",
-            what="caller-aware: user code gets torch.npu.device_count(), torch and native libraries the real one.",
-            remove_when=REMOVE, factory="device_count")
+           why="user code sizes its device loops with device_count(); NPU-native libraries must see the truth.",
+           what="caller-aware: user code gets torch.npu.device_count(), torch and native libraries the real one.",
+           remove_when=REMOVE, factory="device_count")
 
 
 cuda.patch("torch.cuda:get_device_capability", kind="replace", fidelity="neutral",
-            covers=("torch.cuda.get_device_capability",),
-            why="torch_npu answers None, so `major, minor = get_device_capability()` and `>= (8, 0)` crash "
-                "(nanochat fails at import).",
-            what="answers the configured capability (ASCEND_SHIM_CUDA_CAPABILITY, default 8.0: bf16 yes, fp8 and "
-                 "Hopper-only kernels no).",
-            remove_when="https://github.com/Ascend/pytorch/blob/9e73e708ab9350d203475609f36f8a43f6a0c2ab/torch_npu/npu/"
-                        "__init__.py: torch.npu.get_device_capability() answers None unless "
-                        "TORCH_NPU_DEVICE_CAPABILITY is set",
-                            factory="get_device_capability")
+           covers=("torch.cuda.get_device_capability",),
+           why="torch_npu answers None, so `major, minor = get_device_capability()` and `>= (8, 0)` crash "
+               "(nanochat fails at import).",
+           what="answers the configured capability (ASCEND_SHIM_CUDA_CAPABILITY, default 8.0: bf16 yes, fp8 and "
+                "Hopper-only kernels no).",
+           remove_when="https://github.com/Ascend/pytorch/blob/9e73e708ab9350d203475609f36f8a43f6a0c2ab/torch_npu/npu/"
+                       "__init__.py: torch.npu.get_device_capability() answers None unless "
+                       "TORCH_NPU_DEVICE_CAPABILITY is set",
+           factory="get_device_capability")
 
 
 cuda.patch("torch.cuda:get_device_properties", kind="wrap", covers=("torch.cuda.get_device_properties",),
-            why="CUDA code reads .major/.minor/.multi_processor_count, and sizes launch grids and occupancy "
-                "heuristics with .warp_size/.regs_per_multiprocessor/.max_threads_per_multi_processor: NPU "
-                "properties lack the first and answer None for the others (the NPU has no warps or register file).",
-            what="the NPU's properties (name, total_memory, uuid ...) plus major/minor (the configured capability), "
-                 "multi_processor_count (the AI-core count) and the warp size, registers and resident threads per "
-                 "multiprocessor CUDA documents for the configured capability (32, 65536, 2048 at 8.0): they "
-                 "size grids only, no result depends on them. A CUDA device argument is translated.",
-            remove_when=REMOVE, factory="device_properties")
+           why="CUDA code reads .major/.minor/.multi_processor_count, and sizes launch grids and occupancy "
+               "heuristics with .warp_size/.regs_per_multiprocessor/.max_threads_per_multi_processor: NPU "
+               "properties lack the first and answer None for the others (the NPU has no warps or register file).",
+           what="the NPU's properties (name, total_memory, uuid ...) plus major/minor (the configured capability), "
+                "multi_processor_count (the AI-core count) and the warp size, registers and resident threads per "
+                "multiprocessor CUDA documents for the configured capability (32, 65536, 2048 at 8.0): they "
+                "size grids only, no result depends on them. A CUDA device argument is translated.",
+           remove_when=REMOVE, factory="device_properties")
 
 
 cuda.patch("torch.cuda:is_tf32_supported", kind="replace", fidelity="neutral",
-            covers=("torch.cuda.is_tf32_supported",),
-            why="code enables TF32 matmuls only if supported; the NPU's counterpart is HF32.",
-            what="answers True (HF32 plays TF32's role; the torch_features set maps the TF32 flags onto it).",
-            remove_when=REMOVE, factory="is_tf32_supported")
+           covers=("torch.cuda.is_tf32_supported",),
+           why="code enables TF32 matmuls only if supported; the NPU's counterpart is HF32.",
+           what="answers True (HF32 plays TF32's role; the torch_features set maps the TF32 flags onto it).",
+           remove_when=REMOVE, factory="is_tf32_supported")
 
 
 cuda.patch("torch.cuda:CUDAGraph", kind="replace", covers=("torch.cuda.CUDAGraph", "cuda-graph"),
-            why="CUDA graphs capture CUDA streams; the NPU has its own graph type.",
-            what="torch.cuda.CUDAGraph is torch.npu.NPUGraph (graph/make_graphed_callables are aliased too); "
-                 "where NPU graphs are unavailable that class raises a clear error.",
-            remove_when=REMOVE, factory="cuda_graph")
+           why="CUDA graphs capture CUDA streams; the NPU has its own graph type.",
+           what="torch.cuda.CUDAGraph is torch.npu.NPUGraph (graph/make_graphed_callables are aliased too); "
+                "where NPU graphs are unavailable that class raises a clear error.",
+           remove_when=REMOVE, factory="cuda_graph")
 
 
 cuda.patch("torch.cuda:default_generators", kind="replace", covers=("torch.cuda.default_generators",),
-            why="code seeds or snapshots torch.cuda.default_generators directly.",
-            what="the NPU's default generators, read at each use (torch_npu fills them in at the device's first "
-                 "use, after torch.cuda is patched).", remove_when=REMOVE, factory="default_generators")
+           why="code seeds or snapshots torch.cuda.default_generators directly.",
+           what="the NPU's default generators, read at each use (torch_npu fills them in at the device's first "
+                "use, after torch.cuda is patched).", remove_when=REMOVE, factory="default_generators")
 
 
 cuda.patch("torch.cuda:nvtx", kind="replace", fidelity="neutral", covers=("torch.cuda.nvtx",),
-            why="nvtx ranges annotate CUDA profiles; NVTX does not exist on the NPU.",
-            what="range_push/range_pop/range_start/range_end/mark/range go to torch.npu.mstx when it exists, "
-                 "otherwise they are recorded no-ops (reported as fallbacks).",
-            remove_when=REMOVE, factory="nvtx_module")
+           why="nvtx ranges annotate CUDA profiles; NVTX does not exist on the NPU.",
+           what="range_push/range_pop/range_start/range_end/mark/range go to torch.npu.mstx when it exists, "
+                "otherwise they are recorded no-ops (reported as fallbacks).",
+           remove_when=REMOVE, factory="nvtx_module")
 
 
 cuda.patch("torch.cuda:nccl", kind="replace", fidelity="neutral", covers=("torch.cuda.nccl",),
-            why="code checks torch.cuda.nccl.version() after dist.is_nccl_available() (torchtune enables bf16 "
-                "where it is >= (2, 10)); on the NPU HCCL plays NCCL's role, and there are no direct NCCL calls.",
-            what="version() answers (2, 20, 5), the NCCL of torch 2.4's CUDA wheels (the oldest torch supported), "
-                 "standing for HCCL: gates written for the supported torch range pass, nothing newer is claimed "
-                 "(reported); is_available(tensors) is False; the direct calls (all_reduce, broadcast ...) raise "
-                 "UnsupportedOnNPUError naming them.",
-            remove_when=REMOVE, factory="nccl")
+           why="code checks torch.cuda.nccl.version() after dist.is_nccl_available() (torchtune enables bf16 "
+               "where it is >= (2, 10)); on the NPU HCCL plays NCCL's role, and there are no direct NCCL calls.",
+           what="version() answers (2, 20, 5), the NCCL of torch 2.4's CUDA wheels (the oldest torch supported), "
+                "standing for HCCL: gates written for the supported torch range pass, nothing newer is claimed "
+                "(reported); is_available(tensors) is False; the direct calls (all_reduce, broadcast ...) raise "
+                "UnsupportedOnNPUError naming them.",
+           remove_when=REMOVE, factory="nccl")
 
 
 cuda.patch("torch.cuda:list_gpu_processes", kind="replace", fidelity="neutral",
-            covers=("torch.cuda.list_gpu_processes",),
-            why="code prints torch.cuda.list_gpu_processes() when it runs out of memory; it reads NVML, which an NPU "
-                "machine lacks.",
-            what="answers the device's 'GPU:<index>' line and a line saying the process list is not available on "
-                 "the NPU (npu-smi info shows it), as torch answers a line when pynvml is missing (reported).",
-            remove_when=REMOVE, factory="list_gpu_processes")
+           covers=("torch.cuda.list_gpu_processes",),
+           why="code prints torch.cuda.list_gpu_processes() when it runs out of memory; it reads NVML, which an NPU "
+               "machine lacks.",
+           what="answers the device's 'GPU:<index>' line and a line saying the process list is not available on "
+                "the NPU (npu-smi info shows it), as torch answers a line when pynvml is missing (reported).",
+           remove_when=REMOVE, factory="list_gpu_processes")
 
 
 cuda.patch("torch.cuda:Event", kind="replace", covers=("torch.cuda.Event",),
-            why="torch.cuda.Event times CUDA streams; CUDA raises ValueError for elapsed_time on an event that was "
-                "not recorded or made without enable_timing, and code catches that, where torch_npu raises "
-                "RuntimeError.",
-            what="torch.cuda.Event is torch.npu.Event whose elapsed_time raises ValueError (same message) in those "
-                 "two cases; every NPU event passes isinstance(e, torch.cuda.Event). torch.npu.Event is unchanged.",
-            remove_when="never: torch_npu's NPUEvent::elapsed_time raises RuntimeError (TORCH_CHECK)",
-            factory="cuda_event")
+           why="torch.cuda.Event times CUDA streams; CUDA raises ValueError for elapsed_time on an event that was "
+               "not recorded or made without enable_timing, and code catches that, where torch_npu raises "
+               "RuntimeError.",
+           what="torch.cuda.Event is torch.npu.Event whose elapsed_time raises ValueError (same message) in those "
+                "two cases; every NPU event passes isinstance(e, torch.cuda.Event). torch.npu.Event is unchanged.",
+           remove_when="never: torch_npu's NPUEvent::elapsed_time raises RuntimeError (TORCH_CHECK)",
+           factory="cuda_event")
 
 
 cuda.patch("torch.cuda:Stream.cuda_stream", kind="call", covers=("torch.cuda.Stream.cuda_stream",),
-            why="code hands torch.cuda.current_stream().cuda_stream (the raw stream handle) to its own kernels and "
-                "libraries; NPU streams call it npu_stream.",
-            what="NPU streams have cuda_stream, the same handle as npu_stream.", remove_when=REMOVE,
-            factory="cuda_stream")
+           why="code hands torch.cuda.current_stream().cuda_stream (the raw stream handle) to its own kernels and "
+               "libraries; NPU streams call it npu_stream.",
+           what="NPU streams have cuda_stream, the same handle as npu_stream.", remove_when=REMOVE,
+           factory="cuda_stream")
 
 
 cuda.patch("torch:set_default_tensor_type", kind="wrap", covers=("torch.cuda.*Tensor",),
-            why="torch.set_default_tensor_type(torch.cuda.HalfTensor) (Meta's llama) makes new tensors CUDA half "
-                "ones; torch accepts no NPU tensor type there, so it was refused.",
-            what="a CUDA tensor type (class or 'torch.cuda.HalfTensor') sets its dtype as the default dtype (torch's "
-                 "check: floating-point types only) and the NPU as the default device (reported); a CPU type "
-                 "afterwards clears that default device. Other types pass through.",
-            remove_when=REMOVE, factory="set_default_tensor_type")
+           why="torch.set_default_tensor_type(torch.cuda.HalfTensor) (Meta's llama) makes new tensors CUDA half "
+               "ones; torch accepts no NPU tensor type there, so it was refused.",
+           what="a CUDA tensor type (class or 'torch.cuda.HalfTensor') sets its dtype as the default dtype (torch's "
+                "check: floating-point types only) and the NPU as the default device (reported); a CPU type "
+                "afterwards clears that default device. Other types pass through.",
+           remove_when=REMOVE, factory="set_default_tensor_type")
 
 
 for _name, _feature in list(UNSUPPORTED.items()) + [(s, "CUDA typed storages") for s in STORAGES]:
@@ -232,14 +231,14 @@ for _name in ("_record_memory_history", "_snapshot", "_dump_snapshot"):
 
 
 cuda.patch("torch:Tensor.type", covers=("device-compare:tensor-type",),
-            why="x.type('torch.cuda.HalfTensor') and x.type(torch.cuda.HalfTensor) convert to a CUDA tensor type; "
-                "CUDA code tells tensors apart by x.type() == 'torch.cuda.FloatTensor' (megatron-core's "
-                "optimizers: param.type() in ['torch.cuda.FloatTensor', ...]).",
-            what="the CUDA type (string or class) becomes the NPU's (torch.npu.HalfTensor): same dtype, on the NPU; "
-                 "other arguments pass through. x.type() of an NPU tensor reads 'torch.cuda.FloatTensor' ... to "
-                 "CUDA code (the user's and every library that is not NPU-native) and 'torch.npu.FloatTensor' to "
-                 "torch and NPU-native libraries (caller-aware, like is_available()).",
-            remove_when=REMOVE, factory="tensor_type")
+           why="x.type('torch.cuda.HalfTensor') and x.type(torch.cuda.HalfTensor) convert to a CUDA tensor type; "
+               "CUDA code tells tensors apart by x.type() == 'torch.cuda.FloatTensor' (megatron-core's "
+               "optimizers: param.type() in ['torch.cuda.FloatTensor', ...]).",
+           what="the CUDA type (string or class) becomes the NPU's (torch.npu.HalfTensor): same dtype, on the NPU; "
+                "other arguments pass through. x.type() of an NPU tensor reads 'torch.cuda.FloatTensor' ... to "
+                "CUDA code (the user's and every library that is not NPU-native) and 'torch.npu.FloatTensor' to "
+                "torch and NPU-native libraries (caller-aware, like is_available()).",
+           remove_when=REMOVE, factory="tensor_type")
 
 
 for _name in ("custom_fwd", "custom_bwd"):

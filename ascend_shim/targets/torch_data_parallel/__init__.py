@@ -11,7 +11,6 @@ The report says how many devices each DataParallel call used.
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -82,7 +81,7 @@ data_parallel.patch(
          "replicas run under the accelerator's autocast, as on CUDA); otherwise unchanged.",
     remove_when="https://github.com/pytorch/pytorch/pull/191916: "
                 "parallel_apply reads torch.is_autocast_enabled(), CUDA's autocast state, not the accelerator's",
-                    factory="parallel_apply_autocast")
+    factory="parallel_apply_autocast")
 
 
 PATCH_SETS = [data_parallel]

@@ -301,5 +301,3 @@ def parallel_apply_autocast(ctx: PatchContext) -> Callable[..., Any]:
             set_enabled("cuda", False)
 
     return parallel_apply
-
-

@@ -7,7 +7,6 @@ made after activation need nothing further; strings and ints are translated wher
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -25,11 +24,11 @@ devices = PatchSet(
 # The classes stay the real ones (``type(d) is torch.device``, pickling by reference, dynamo): their C
 # constructor is hooked instead of the class being replaced (see ascend_shim.constructors).
 devices.patch("torch:device", kind="call", fidelity="exact", covers=("device-string:cuda",),
-               why="torch.device('cuda') is the boundary where CUDA code names its device; on an NPU machine a "
-                   "cuda device object fails in every op it reaches.",
-               what="torch.device(...) builds the real torch.device; a cuda one comes back as npu (same index). "
-                    "torch.device stays the identical class (type checks, pickling, torch.compile unchanged).",
-               remove_when=REMOVE, factory="device_constructor")
+              why="torch.device('cuda') is the boundary where CUDA code names its device; on an NPU machine a "
+                  "cuda device object fails in every op it reaches.",
+              what="torch.device(...) builds the real torch.device; a cuda one comes back as npu (same index). "
+                   "torch.device stays the identical class (type checks, pickling, torch.compile unchanged).",
+              remove_when=REMOVE, factory="device_constructor")
 
 
 for _cls in ("Generator", "Stream", "Event"):
@@ -66,23 +65,23 @@ for _name in ("fftfreq", "rfftfreq"):
 
 # -- Tensor -----------------------------------------------------------------------------------------------------
 devices.patch("torch:Tensor.to",
-               why="x.to('cuda'), x.to(0), x.to(torch.device('cuda')), x.to(other, 'cuda') move data to CUDA.",
-               what="a device given positionally or as device= is translated; dtype-only and tensor-argument "
-                    "calls go straight through (one type check).",
-               remove_when=REMOVE, factory="tensor_to")
+              why="x.to('cuda'), x.to(0), x.to(torch.device('cuda')), x.to(other, 'cuda') move data to CUDA.",
+              what="a device given positionally or as device= is translated; dtype-only and tensor-argument "
+                   "calls go straight through (one type check).",
+              remove_when=REMOVE, factory="tensor_to")
 
 
 devices.patch("torch:Tensor.cuda", kind="replace", covers=("Tensor.cuda",),
-               why="x.cuda() moves data to CUDA.",
-               what="x.cuda(device=None, non_blocking=False, memory_format=...) -> x.npu(...) with the index kept.",
-               remove_when=REMOVE, factory="tensor_cuda")
+              why="x.cuda() moves data to CUDA.",
+              what="x.cuda(device=None, non_blocking=False, memory_format=...) -> x.npu(...) with the index kept.",
+              remove_when=REMOVE, factory="tensor_cuda")
 
 
 devices.patch("torch:Tensor.is_cuda", kind="replace", covers=("Tensor.is_cuda", "device-compare:is_cuda"),
-               why="`if x.is_cuda:` in user code picks the accelerator branch; it is False for npu tensors.",
-               what="user code sees is_cuda True for npu tensors; torch and NPU-native libraries see the real "
-                    "value (caller-aware).",
-               remove_when=REMOVE, factory="tensor_is_cuda")
+              why="`if x.is_cuda:` in user code picks the accelerator branch; it is False for npu tensors.",
+              what="user code sees is_cuda True for npu tensors; torch and NPU-native libraries see the real "
+                   "value (caller-aware).",
+              remove_when=REMOVE, factory="tensor_is_cuda")
 
 
 for _name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros"):
@@ -99,27 +98,27 @@ devices.patch("torch:Tensor.pin_memory",
 
 # -- nn.Module --------------------------------------------------------------------------------------------------
 devices.patch("torch.nn:Module.cuda", kind="replace", covers=("Module.cuda",),
-               why="model.cuda() moves parameters to CUDA.", what="model.cuda(device=None) -> model.to('npu[:i]').",
-               remove_when=REMOVE, factory="module_cuda")
+              why="model.cuda() moves parameters to CUDA.", what="model.cuda(device=None) -> model.to('npu[:i]').",
+              remove_when=REMOVE, factory="module_cuda")
 
 
 devices.patch("torch.nn:Module.to",
-               why="model.to('cuda') / model.to(0) moves parameters to CUDA.",
-               what="a positional or device= CUDA device is translated.", remove_when=REMOVE, factory="module_to")
+              why="model.to('cuda') / model.to(0) moves parameters to CUDA.",
+              what="a positional or device= CUDA device is translated.", remove_when=REMOVE, factory="module_to")
 
 
 devices.patch("torch.nn:Module.to_empty",
-               why="model.to_empty(device='cuda') materialises meta modules on CUDA.",
-               what="the device= keyword is translated.", remove_when=REMOVE, factory="module_to_empty")
+              why="model.to_empty(device='cuda') materialises meta modules on CUDA.",
+              what="the device= keyword is translated.", remove_when=REMOVE, factory="module_to_empty")
 
 
 # -- serialization, default device, amp, data -------------------------------------------------------------------
 devices.patch("torch:load",
-               why="checkpoints saved on GPUs restore to 'cuda:N'; map_location='cuda' names CUDA.",
-               what="map_location values only (str, device, dict values) are translated, never the file name; "
-                    "storages tagged cuda:N restore to npu:N (with no map_location, after a callable that returns "
-                    "None, and for tags a dict does not map); a dict key cuda:N also maps npu:N tags and back.",
-               remove_when=REMOVE, factory="load_onto_npu")
+              why="checkpoints saved on GPUs restore to 'cuda:N'; map_location='cuda' names CUDA.",
+              what="map_location values only (str, device, dict values) are translated, never the file name; "
+                   "storages tagged cuda:N restore to npu:N (with no map_location, after a callable that returns "
+                   "None, and for tags a dict does not map); a dict key cuda:N also maps npu:N tags and back.",
+              remove_when=REMOVE, factory="load_onto_npu")
 
 
 devices.patch("torch:set_default_device",
@@ -129,10 +128,10 @@ devices.patch("torch:set_default_device",
 
 
 devices.patch("torch.amp.autocast_mode:autocast.__init__", covers=("torch.cuda.amp.autocast",),
-               why="torch.autocast('cuda') / torch.cuda.amp.autocast() enable CUDA autocast, which does nothing "
-                   "to npu tensors: mixed precision silently off.",
-               what="device_type 'cuda' -> 'npu' (torch.cuda.amp.autocast passes 'cuda' and is covered too).",
-               remove_when=REMOVE, factory="autocast_init")
+              why="torch.autocast('cuda') / torch.cuda.amp.autocast() enable CUDA autocast, which does nothing "
+                  "to npu tensors: mixed precision silently off.",
+              what="device_type 'cuda' -> 'npu' (torch.cuda.amp.autocast passes 'cuda' and is covered too).",
+              remove_when=REMOVE, factory="autocast_init")
 
 
 for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype"):
@@ -144,21 +143,21 @@ for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled
 
 
 devices.patch("torch.amp.grad_scaler:GradScaler.__init__",
-               covers=("torch.amp.GradScaler", "torch.cuda.amp.GradScaler"),
-               why="GradScaler('cuda') (the default device) disables itself when CUDA is unavailable: fp16 loss "
-                   "scaling silently off.",
-               what="device 'cuda' (given or defaulted) -> 'npu', so loss scaling really happens on the NPU.",
-               remove_when=REMOVE, factory="grad_scaler_init")
+              covers=("torch.amp.GradScaler", "torch.cuda.amp.GradScaler"),
+              why="GradScaler('cuda') (the default device) disables itself when CUDA is unavailable: fp16 loss "
+                  "scaling silently off.",
+              what="device 'cuda' (given or defaulted) -> 'npu', so loss scaling really happens on the NPU.",
+              remove_when=REMOVE, factory="grad_scaler_init")
 
 
 devices.patch("torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler.__init__",
-               why="FSDP's ShardedGradScaler defaults to device 'cuda'.", what="device 'cuda' -> 'npu'.",
-               remove_when=REMOVE, factory="sharded_grad_scaler_init")
+              why="FSDP's ShardedGradScaler defaults to device 'cuda'.", what="device 'cuda' -> 'npu'.",
+              remove_when=REMOVE, factory="sharded_grad_scaler_init")
 
 
 devices.patch("torch.utils.data.dataloader:DataLoader.__init__",
-               why="DataLoader(pin_memory_device='cuda') pins for CUDA.",
-               what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE, factory="dataloader_init")
+              why="DataLoader(pin_memory_device='cuda') pins for CUDA.",
+              what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE, factory="dataloader_init")
 
 
 PATCH_SETS = [devices]

@@ -224,5 +224,3 @@ def sharded_grad_scaler_init(ctx: PatchContext) -> Callable[..., Any]:
 
 def dataloader_init(ctx: PatchContext) -> Callable[..., Any]:
     return translate_device(ctx.original, "DataLoader", "pin_memory_device", ints=False)
-
-

@@ -7,7 +7,6 @@ machines as on the emulated NPU; the program's own output (its traceback, its ow
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 

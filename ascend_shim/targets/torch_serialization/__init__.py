@@ -12,7 +12,6 @@ while the current thread is inside ``torch.save``; any other pickling is left ex
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -25,14 +24,14 @@ serialization = PatchSet(
 
 
 serialization.patch("torch:save",
-                     why="tensors on the NPU are tagged npu:N and torch.device('cuda') objects became npu ones: a "
-                         "checkpoint written that way opens neither on a CUDA machine nor on plain torch with "
-                         "map_location or weights_only=True.",
-                     what="inside torch.save (distributed checkpoints included) npu storages are tagged cuda:N and "
-                          "npu torch.device values are written as cuda ones, as a CUDA run writes them "
-                          "(ASCEND_SHIM_SAVE_DEVICE=npu keeps npu); each save holding npu data is reported with "
-                          "the choice made.",
-                     remove_when=REMOVE, factory="save_as_cuda")
+                    why="tensors on the NPU are tagged npu:N and torch.device('cuda') objects became npu ones: a "
+                        "checkpoint written that way opens neither on a CUDA machine nor on plain torch with "
+                        "map_location or weights_only=True.",
+                    what="inside torch.save (distributed checkpoints included) npu storages are tagged cuda:N and "
+                         "npu torch.device values are written as cuda ones, as a CUDA run writes them "
+                         "(ASCEND_SHIM_SAVE_DEVICE=npu keeps npu); each save holding npu data is reported with "
+                         "the choice made.",
+                    remove_when=REMOVE, factory="save_as_cuda")
 
 
 PATCH_SETS = [serialization]

@@ -10,7 +10,6 @@ torch_features set's ``triton.runtime.jit:JITFunction.run``).
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 

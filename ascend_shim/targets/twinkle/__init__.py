@@ -25,7 +25,6 @@ covered by torch_devices; ring attention's private ``flash_attn.flash_attn_inter
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 from ascend_shim.versions import Project
 
@@ -46,45 +45,45 @@ twinkle = PatchSet(
 
 
 twinkle.patch("twinkle.utils.platforms.base:Platform.get_platform", id="twinkle.get_platform",
-               covers=("program:nvidia-smi",),
-               why="get_platform() picks NPU only if npu-smi is on PATH and otherwise falls back to GPU (cuda, "
-                   "nccl, CUDA_VISIBLE_DEVICES); cookbooks and Ray helpers also ask for 'GPU' explicitly.",
-               what="with the NPU backend up, get_platform() and get_platform('GPU'/'CUDA') answer Twinkle's NPU "
-                    "platform (the explicit GPU request is reported); 'NPU', 'MPS' and an NPU-less process are "
-                    "unchanged.",
-               remove_when=REMOVE, factory="get_platform")
+              covers=("program:nvidia-smi",),
+              why="get_platform() picks NPU only if npu-smi is on PATH and otherwise falls back to GPU (cuda, "
+                  "nccl, CUDA_VISIBLE_DEVICES); cookbooks and Ray helpers also ask for 'GPU' explicitly.",
+              what="with the NPU backend up, get_platform() and get_platform('GPU'/'CUDA') answer Twinkle's NPU "
+                   "platform (the explicit GPU request is reported); 'NPU', 'MPS' and an NPU-less process are "
+                   "unchanged.",
+              remove_when=REMOVE, factory="get_platform")
 
 
 twinkle.patch("twinkle.utils.device_mesh:DeviceMesh.__post_init__", id="twinkle.device_mesh",
-               why="cookbooks build twinkle.DeviceMesh(device_type='cuda', ...); the mesh then creates torch "
-                   "device meshes, process groups and tensors on 'cuda'.",
-               what="device_type 'cuda' becomes 'npu' (reported) before Twinkle's own checks run.",
-               remove_when="never: Twinkle's CUDA cookbooks name cuda and GPU devices, which an NPU never answers to",
-               factory="device_mesh_post_init")
+              why="cookbooks build twinkle.DeviceMesh(device_type='cuda', ...); the mesh then creates torch "
+                  "device meshes, process groups and tensors on 'cuda'.",
+              what="device_type 'cuda' becomes 'npu' (reported) before Twinkle's own checks run.",
+              remove_when="never: Twinkle's CUDA cookbooks name cuda and GPU devices, which an NPU never answers to",
+              factory="device_mesh_post_init")
 
 
 twinkle.patch("twinkle.utils.device_mesh:DeviceGroup.__init__", id="twinkle.device_group",
-               why="cookbooks declare DeviceGroup(device_type='GPU' or 'cuda'); Ray placement then asks for GPU "
-                   "resources and CUDA_VISIBLE_DEVICES, which an Ascend node does not offer.",
-               what="device_type 'GPU'/'cuda' becomes 'NPU' (reported) when the NPU backend is up; 'CPU' and "
-                    "'NPU' are unchanged.",
-               remove_when="never: Twinkle's CUDA cookbooks name cuda and GPU devices, which an NPU never answers to",
-               factory="device_group_init")
+              why="cookbooks declare DeviceGroup(device_type='GPU' or 'cuda'); Ray placement then asks for GPU "
+                  "resources and CUDA_VISIBLE_DEVICES, which an Ascend node does not offer.",
+              what="device_type 'GPU'/'cuda' becomes 'NPU' (reported) when the NPU backend is up; 'CPU' and "
+                   "'NPU' are unchanged.",
+              remove_when="never: Twinkle's CUDA cookbooks name cuda and GPU devices, which an NPU never answers to",
+              factory="device_group_init")
 
 
 twinkle.patch("twinkle.utils.framework:importlib", kind="replace", id="twinkle.find_spec_megatron",
-               fidelity="fallback",
-               why="Framework.gather_object's NPU-only branch asks importlib.util.find_spec('megatron.core'), which "
-                   "raises ModuleNotFoundError when Megatron is not installed (the parent package is imported "
-                   "first); on Ascend without megatron-core every actor of Twinkle's Ray DPO cookbook dies at its "
-                   "first metric collection.",
-               what="in twinkle/utils/framework.py, find_spec answers None for a module whose parent package is "
-                    "not installed (reported), so the Megatron group is simply not used; every other find_spec "
-                    "answer and every other use of importlib there is Python's own.",
-               remove_when="https://github.com/modelscope/twinkle/blob/1a1d8845dc6de05c7957bada323b0cc5c5e90f35/src/"
-                           "twinkle/utils/framework.py: gather_object calls find_spec('megatron.core') unguarded on "
-                           "the NPU path",
-                               factory="find_spec_megatron")
+              fidelity="fallback",
+              why="Framework.gather_object's NPU-only branch asks importlib.util.find_spec('megatron.core'), which "
+                  "raises ModuleNotFoundError when Megatron is not installed (the parent package is imported "
+                  "first); on Ascend without megatron-core every actor of Twinkle's Ray DPO cookbook dies at its "
+                  "first metric collection.",
+              what="in twinkle/utils/framework.py, find_spec answers None for a module whose parent package is "
+                   "not installed (reported), so the Megatron group is simply not used; every other find_spec "
+                   "answer and every other use of importlib there is Python's own.",
+              remove_when="https://github.com/modelscope/twinkle/blob/1a1d8845dc6de05c7957bada323b0cc5c5e90f35/src/"
+                          "twinkle/utils/framework.py: gather_object calls find_spec('megatron.core') unguarded on "
+                          "the NPU path",
+              factory="find_spec_megatron")
 
 
 PATCH_SETS = [twinkle]

@@ -28,7 +28,6 @@ external_launcher) all exist on vllm-ascend.
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -52,50 +51,50 @@ _WHAT_ARGS = ("before vLLM's own __post_init__: checks vllm-ascend is installed,
 
 
 vllm.patch("vllm.engine.arg_utils:EngineArgs.__init__",
-            why=_WHY_ARGS, what=_WHAT_ARGS,
-            remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
-                        "vllm_ascend/platform.py: check_and_update_config translates no fp8 KV cache, CUDA "
-                        "quantization or device='cuda'",
-                            factory="engine_args_init")
+           why=_WHY_ARGS, what=_WHAT_ARGS,
+           remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
+                       "vllm_ascend/platform.py: check_and_update_config translates no fp8 KV cache, CUDA "
+                       "quantization or device='cuda'",
+           factory="engine_args_init")
 
 
 vllm.patch("vllm.engine.arg_utils:AsyncEngineArgs.__init__",
-            why="AsyncEngineArgs (AsyncLLMEngine, the OpenAI server) is a dataclass with its own generated "
-                "__init__; " + _WHY_ARGS, what=_WHAT_ARGS,
-            remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
-                        "vllm_ascend/platform.py: check_and_update_config translates no fp8 KV cache, CUDA "
-                        "quantization or device='cuda'",
-                            factory="engine_args_init")
+           why="AsyncEngineArgs (AsyncLLMEngine, the OpenAI server) is a dataclass with its own generated "
+               "__init__; " + _WHY_ARGS, what=_WHAT_ARGS,
+           remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
+                       "vllm_ascend/platform.py: check_and_update_config translates no fp8 KV cache, CUDA "
+                       "quantization or device='cuda'",
+           factory="engine_args_init")
 
 
 vllm.patch("vllm.engine.arg_utils:EngineArgs.add_cli_args",
-            why="vllm serve / the OpenAI api_server / trl vllm-serve build EngineArgs from every parsed option, "
-                "so 'not given' and '--no-enforce-eager' look the same by then; the NPU default must be the "
-                "parser's.",
-            what="after vLLM adds its options, the parser default of --enforce-eager is True on the NPU "
-                 "(--no-enforce-eager keeps ACL graphs), reported when a parser is built.",
-            remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
-                        "docs/source/user_guide/feature_guide/graph_mode.md: ACL graph mode is verified for some "
-                        "models only; eager is safe",
-                            factory="add_cli_args")
+           why="vllm serve / the OpenAI api_server / trl vllm-serve build EngineArgs from every parsed option, "
+               "so 'not given' and '--no-enforce-eager' look the same by then; the NPU default must be the "
+               "parser's.",
+           what="after vLLM adds its options, the parser default of --enforce-eager is True on the NPU "
+                "(--no-enforce-eager keeps ACL graphs), reported when a parser is built.",
+           remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
+                       "docs/source/user_guide/feature_guide/graph_mode.md: ACL graph mode is verified for some "
+                       "models only; eager is safe",
+           factory="add_cli_args")
 
 
 vllm.patch("vllm.entrypoints.llm:LLM.__init__",
-            why="vllm.LLM(...) passes its own enforce_eager=False default on to EngineArgs explicitly, so only "
-                "here can 'not given' be told apart from a user's choice.",
-            what="defaults enforce_eager=True (reported) when the caller did not pass it; the EngineArgs patch "
-                 "does the platform check and the argument translation.",
-            remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
-                        "docs/source/user_guide/feature_guide/graph_mode.md: ACL graph mode is verified for some "
-                        "models only; eager is safe",
-                            factory="llm_init")
+           why="vllm.LLM(...) passes its own enforce_eager=False default on to EngineArgs explicitly, so only "
+               "here can 'not given' be told apart from a user's choice.",
+           what="defaults enforce_eager=True (reported) when the caller did not pass it; the EngineArgs patch "
+                "does the platform check and the argument translation.",
+           remove_when="https://github.com/vllm-project/vllm-ascend/blob/182b75ea84ff13ece27b57391331ef8935410aea/"
+                       "docs/source/user_guide/feature_guide/graph_mode.md: ACL graph mode is verified for some "
+                       "models only; eager is safe",
+           factory="llm_init")
 
 
 vllm.patch("env:VLLM_PLUGINS", kind="env",
-            why="VLLM_PLUGINS is an allow-list of vLLM plugins; a CUDA setup that sets it (to trim general "
-                "plugins) would keep vllm-ascend's platform plugin from loading.",
-            what="when VLLM_PLUGINS is set and lacks 'ascend', ',ascend' is appended (children inherit it).",
-            remove_when="never: the allow-list is the user's, the platform is the NPU's", factory="vllm_plugins")
+           why="VLLM_PLUGINS is an allow-list of vLLM plugins; a CUDA setup that sets it (to trim general "
+               "plugins) would keep vllm-ascend's platform plugin from loading.",
+           what="when VLLM_PLUGINS is set and lacks 'ascend', ',ascend' is appended (children inherit it).",
+           remove_when="never: the allow-list is the user's, the platform is the NPU's", factory="vllm_plugins")
 
 
 PATCH_SETS = [vllm]

@@ -8,7 +8,6 @@ runs with its fused attention, with xFormers' semantics; other biases raise one 
 """
 from __future__ import annotations
 
-
 from ascend_shim.registry import PatchSet
 
 
@@ -32,15 +31,15 @@ WHAT = ("on NPU tensors: 3-D (B, M, K), 4-D (B, M, H, K) and 5-D (B, M, G, H, K)
 
 
 xformers.patch("xformers.ops.fmha:memory_efficient_attention", covers=("xformers.ops.memory_efficient_attention",),
-                why="no xFormers operator runs on an NPU: its dispatcher raises 'No operator found for "
-                    "memory_efficient_attention_forward' with a page of reasons.",
-                what=WHAT, remove_when=REMOVE, factory="memory_efficient_attention")
+               why="no xFormers operator runs on an NPU: its dispatcher raises 'No operator found for "
+                   "memory_efficient_attention_forward' with a page of reasons.",
+               what=WHAT, remove_when=REMOVE, factory="memory_efficient_attention")
 
 
 xformers.patch("xformers.ops.fmha:memory_efficient_attention_forward",
-                covers=("xformers.ops.memory_efficient_attention_forward",),
-                why="no xFormers operator runs on an NPU (the inference-only entry point, as above).",
-                what=WHAT, remove_when=REMOVE, factory="memory_efficient_attention_forward")
+               covers=("xformers.ops.memory_efficient_attention_forward",),
+               why="no xFormers operator runs on an NPU (the inference-only entry point, as above).",
+               what=WHAT, remove_when=REMOVE, factory="memory_efficient_attention_forward")
 
 
 PATCH_SETS = [xformers]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 
-
 def _interface():
     """``flash_attn_interface``, which imports this module as its ``flash_attn_gpu`` (so not imported at the top)."""
     from . import flash_attn_interface
