@@ -102,7 +102,8 @@ def test_visible_devices_the_program_sets_are_followed_until_deactivation(clean_
     import os
 
     for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_SHIM_DERIVED_CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so whatever this test leaves is undone at its end
+        monkeypatch.delenv(name)
     ascend_shim.activate(backend="sim", inherit=False)
     os.environ["CUDA_VISIBLE_DEVICES"] = "3"
     assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "3"
