@@ -15,10 +15,9 @@ Names that are plain Python helpers (``typing`` re-exports, ``os``) are left alo
 from __future__ import annotations
 
 from ascend_shim.registry import PatchSet
+from ascend_shim.targets.torch_devices import TRANSLATING
 
 
-#: the shared factory: the original with its device argument translated
-TRANSLATING = "ascend_shim.targets._shared.device_wrappers:translating"
 LEGACY_TENSORS = {"BFloat16Tensor": "bfloat16", "BoolTensor": "bool", "ByteTensor": "uint8", "CharTensor": "int8",
                   "DoubleTensor": "float64", "FloatTensor": "float32", "HalfTensor": "float16",
                   "IntTensor": "int32", "LongTensor": "int64", "ShortTensor": "int16"}

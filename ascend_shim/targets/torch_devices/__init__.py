@@ -104,12 +104,14 @@ devices.patch("torch.nn:Module.cuda", kind="replace", covers=("Module.cuda",),
 
 devices.patch("torch.nn:Module.to",
               why="model.to('cuda') / model.to(0) moves parameters to CUDA.",
-              what="a positional or device= CUDA device is translated.", remove_when=REMOVE, factory="module_to")
+              what="a positional or device= CUDA device is translated.", remove_when=REMOVE,
+              factory=TRANSLATING, kwargs={"api": "Module.to"})
 
 
 devices.patch("torch.nn:Module.to_empty",
               why="model.to_empty(device='cuda') materialises meta modules on CUDA.",
-              what="the device= keyword is translated.", remove_when=REMOVE, factory="module_to_empty")
+              what="the device= keyword is translated.", remove_when=REMOVE,
+              factory=TRANSLATING, kwargs={"api": "Module.to_empty"})
 
 
 # -- serialization, default device, amp, data -------------------------------------------------------------------
@@ -131,7 +133,8 @@ devices.patch("torch.amp.autocast_mode:autocast.__init__", covers=("torch.cuda.a
               why="torch.autocast('cuda') / torch.cuda.amp.autocast() enable CUDA autocast, which does nothing "
                   "to npu tensors: mixed precision silently off.",
               what="device_type 'cuda' -> 'npu' (torch.cuda.amp.autocast passes 'cuda' and is covered too).",
-              remove_when=REMOVE, factory="autocast_init")
+              remove_when=REMOVE,
+              factory=TRANSLATING, kwargs={"api": "torch.autocast", "name": "device_type", "ints": False})
 
 
 for _name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype"):
@@ -147,17 +150,18 @@ devices.patch("torch.amp.grad_scaler:GradScaler.__init__",
               why="GradScaler('cuda') (the default device) disables itself when CUDA is unavailable: fp16 loss "
                   "scaling silently off.",
               what="device 'cuda' (given or defaulted) -> 'npu', so loss scaling really happens on the NPU.",
-              remove_when=REMOVE, factory="grad_scaler_init")
+              remove_when=REMOVE, factory=TRANSLATING, kwargs={"api": "GradScaler", "ints": False})
 
 
 devices.patch("torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler.__init__",
               why="FSDP's ShardedGradScaler defaults to device 'cuda'.", what="device 'cuda' -> 'npu'.",
-              remove_when=REMOVE, factory="sharded_grad_scaler_init")
+              remove_when=REMOVE, factory=TRANSLATING, kwargs={"api": "ShardedGradScaler", "ints": False})
 
 
 devices.patch("torch.utils.data.dataloader:DataLoader.__init__",
               why="DataLoader(pin_memory_device='cuda') pins for CUDA.",
-              what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE, factory="dataloader_init")
+              what="pin_memory_device 'cuda' -> 'npu'.", remove_when=REMOVE,
+              factory=TRANSLATING, kwargs={"api": "DataLoader", "name": "pin_memory_device", "ints": False})
 
 
 PATCH_SETS = [devices]

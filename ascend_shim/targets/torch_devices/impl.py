@@ -200,27 +200,3 @@ def module_cuda(ctx: PatchContext) -> Callable[..., Any]:
         return self.to(target)
 
     return cuda
-
-
-def module_to(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "Module.to")
-
-
-def module_to_empty(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "Module.to_empty")
-
-
-def autocast_init(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "torch.autocast", "device_type", ints=False)
-
-
-def grad_scaler_init(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "GradScaler", ints=False)
-
-
-def sharded_grad_scaler_init(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "ShardedGradScaler", ints=False)
-
-
-def dataloader_init(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "DataLoader", "pin_memory_device", ints=False)

@@ -6,6 +6,7 @@ URL or a file path that contains "nccl" is never touched.
 from __future__ import annotations
 
 from ascend_shim.registry import PatchSet
+from ascend_shim.targets.torch_devices import TRANSLATING
 
 
 REMOVE = "never: CUDA code names NCCL, cuda devices and CUDA's variables; the NPU's are HCCL, npu and Ascend's"
@@ -56,12 +57,13 @@ dist.patch("torch.distributed:get_default_backend_for_device", kind="wrap",
 
 dist.patch("torch.distributed.device_mesh:init_device_mesh",
            why="init_device_mesh('cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
-           remove_when=REMOVE, factory="init_device_mesh")
+           remove_when=REMOVE,
+           factory=TRANSLATING, kwargs={"api": "init_device_mesh", "name": "device_type", "ints": False})
 
 
 dist.patch("torch.distributed.device_mesh:DeviceMesh.__init__",
            why="DeviceMesh(device_type='cuda', ...) fails without CUDA.", what="device_type 'cuda' -> 'npu'.",
-           remove_when=REMOVE, factory="device_mesh_init")
+           remove_when=REMOVE, factory=TRANSLATING, kwargs={"api": "DeviceMesh", "name": "device_type", "ints": False})
 
 
 dist.patch("torch.nn.parallel:DistributedDataParallel.__init__",
@@ -72,7 +74,8 @@ dist.patch("torch.nn.parallel:DistributedDataParallel.__init__",
 
 dist.patch("torch.distributed.fsdp:FullyShardedDataParallel.__init__",
            why="FSDP(device_id=torch.device('cuda', i) or 'cuda:i') names CUDA.",
-           what="device_id is translated.", remove_when=REMOVE, factory="fsdp_init")
+           what="device_id is translated.", remove_when=REMOVE,
+           factory=TRANSLATING, kwargs={"api": "FullyShardedDataParallel", "name": "device_id", "ints": False})
 
 
 dist.patch("torch.distributed:all_reduce", fidelity="fallback", covers=("ReduceOp.AVG",),
@@ -81,7 +84,8 @@ dist.patch("torch.distributed:all_reduce", fidelity="fallback", covers=("ReduceO
            what="with such a torch_npu, all_reduce(op=AVG) on hccl runs SUM then divides by the group size "
                 "(reported); not applied where torch_npu accepts AVG.",
            remove_when="torch_npu>=2.6: HCCL of torch_npu 2.6 and later accepts ReduceOp.AVG (sum, then divide)",
-           factory="all_reduce")
+           factory="avg_as_sum",
+           kwargs={"api": "torch.distributed.all_reduce", "tensor_name": "tensor"})
 
 
 dist.patch("torch.distributed:reduce_scatter_tensor", fidelity="fallback", covers=("ReduceOp.AVG",),
@@ -89,7 +93,8 @@ dist.patch("torch.distributed:reduce_scatter_tensor", fidelity="fallback", cover
            what="with such a torch_npu, reduce_scatter_tensor(op=AVG) on hccl runs SUM then divides the output "
                 "by the group size; not applied where torch_npu accepts AVG.",
            remove_when="torch_npu>=2.6: HCCL of torch_npu 2.6 and later accepts ReduceOp.AVG (sum, then divide)",
-           factory="reduce_scatter_tensor")
+           factory="avg_as_sum",
+           kwargs={"api": "torch.distributed.reduce_scatter_tensor", "tensor_name": "output"})
 
 
 dist.patch("torch.distributed:all_reduce", id="torch_distributed.all_reduce_float64", fidelity="fallback",

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TYPE_CHECKING
 
-from ascend_shim.targets._shared.device_wrappers import note, translate_device
+from ascend_shim.targets._shared.device_wrappers import note
 
 if TYPE_CHECKING:
     from ascend_shim.context import PatchContext
@@ -249,23 +249,3 @@ def get_default_backend_for_device(ctx: PatchContext) -> Callable[..., Any]:
         return backend
 
     return get_default_backend_for_device
-
-
-def init_device_mesh(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "init_device_mesh", "device_type", ints=False)
-
-
-def device_mesh_init(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "DeviceMesh", "device_type", ints=False)
-
-
-def fsdp_init(ctx: PatchContext) -> Callable[..., Any]:
-    return translate_device(ctx.original, "FullyShardedDataParallel", "device_id", ints=False)
-
-
-def all_reduce(ctx: PatchContext) -> Callable[..., Any]:
-    return avg_as_sum(ctx, "torch.distributed.all_reduce", "tensor")
-
-
-def reduce_scatter_tensor(ctx: PatchContext) -> Callable[..., Any]:
-    return avg_as_sum(ctx, "torch.distributed.reduce_scatter_tensor", "output")
